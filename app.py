@@ -1,0 +1,3 @@
+from qwen_ui.server import create_app
+
+app = create_app()

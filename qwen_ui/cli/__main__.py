@@ -1,0 +1,5 @@
+import sys
+
+from qwen_ui.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Images in, tokens out: image checks, lazy pipelines, AWQ loading, caches, generation."""

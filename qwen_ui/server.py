@@ -1,0 +1,72 @@
+"""``create_app(settings) -> FastAPI``: everything is built in ``lifespan`` and kept on
+``app.state``; nothing lives in module-level globals."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import gradio as gr
+from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+from qwen_ui import __version__
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.settings import Settings
+from qwen_ui.state import open_state
+from qwen_ui.store import ModelStore
+from qwen_ui.web import errors, health, metrics
+from qwen_ui.web.theme import load_theme
+from qwen_ui.web.ui import build_ui
+
+log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    app.state.state = open_state(settings.redis_url)
+    log.info("qwen-ui %s starting: model %s, state %s", __version__, settings.model_id,
+             app.state.state.kind)
+    try:
+        yield
+    finally:
+        await app.state.state.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(
+        title="qwen-ui", version=__version__, lifespan=lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None, root_path=settings.root_path,
+    )
+    _init_state(app, settings)
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(metrics.router)
+    app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
+    trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
+    _mount_ui(app, settings)
+    return app
+
+
+def _init_state(app: FastAPI, settings: Settings) -> None:
+    """Cheap, synchronous parts the routes read; I/O-bound parts come in ``lifespan``."""
+    app.state.settings = settings
+    app.state.engine_status = EngineStatus()
+    app.state.store = ModelStore(settings.model_path)
+    app.state.metrics = metrics.Metrics()
+    app.state.metrics.watch_engine(lambda: app.state.engine_status)
+
+
+def _mount_ui(app: FastAPI, settings: Settings) -> None:
+    theme = load_theme(settings.themes_dir, settings.theme)
+    footer: list = ["gradio", "settings"] + (["api"] if settings.show_api else [])
+    gr.mount_gradio_app(
+        app, build_ui(app), path=settings.ui_path,
+        theme=theme.theme, css_paths=theme.css_paths, footer_links=footer,
+        max_file_size=settings.max_image_bytes, ssr_mode=False, pwa=False,
+        enable_monitoring=False, mcp_server=False,
+    )

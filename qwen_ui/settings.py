@@ -1,0 +1,291 @@
+"""Every setting of qwen-ui, declared once.
+
+Each field carries its type, default, bounds and description. Environment variables
+(``QWEN_UI_<NAME>``), the ``qwen-ui serve`` flags and the README configuration table are
+all derived from these declarations; nothing else in the package reads the environment.
+
+Paths left unset derive from ``home`` so that one variable (``QWEN_UI_HOME``) moves a
+whole instance: models, tenants, keys and logs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "QWEN_UI_"
+DEMO_MODEL_ID = "qwen-ui/shapes-vl-demo"
+MiB = 1024 * 1024
+
+
+def default_home() -> Path:
+    """``$XDG_DATA_HOME/qwen-ui`` or ``~/.local/share/qwen-ui``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "qwen-ui"
+
+
+def default_themes_dir() -> Path:
+    """The ``themes/`` folder of the source tree this package runs from."""
+    return Path(__file__).resolve().parent.parent / "themes"
+
+
+class Settings(BaseSettings):
+    """The configuration of one qwen-ui process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", validate_default=True, frozen=True
+    )
+
+    # --- instance -------------------------------------------------------------------
+    home: Path = Field(
+        default_factory=default_home,
+        description="Root of this instance; unset paths below live under it.",
+    )
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
+    port: int = Field(7860, ge=1, le=65535, description="Port the HTTP server binds.")
+    ui_path: str = Field("/", description="URL path where the Gradio UI is mounted.")
+    root_path: str = Field(
+        "", description="URL prefix added by a reverse proxy in front of the app, if any."
+    )
+    forwarded_allow_ips: str = Field(
+        "127.0.0.1",
+        description="Comma-separated proxy addresses whose X-Forwarded-* headers are trusted "
+        "('*' trusts all).",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level of the qwen_ui loggers."
+    )
+    log_dir: Path | None = Field(None, description="Audit log folder (default: HOME/logs).")
+    language: Literal["auto", "en", "zh"] = Field(
+        "auto", description="UI language; 'auto' follows the browser."
+    )
+    theme: str = Field("qwen", description="Name of the theme folder under themes_dir.")
+    themes_dir: Path = Field(
+        default_factory=default_themes_dir, description="Folder holding the UI themes."
+    )
+    show_api: bool = Field(False, description="Show Gradio's API-docs link in the footer.")
+    metrics_token: SecretStr | None = Field(
+        None, description="Bearer token required by /metrics (unset: open)."
+    )
+
+    # --- model and store ------------------------------------------------------------
+    model_id: str = Field(
+        DEMO_MODEL_ID,
+        pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$",
+        description="Model to serve, OWNER/NAME, as installed in the model store.",
+    )
+    model_revision: str = Field(
+        "bf16",
+        pattern=r"^[\w.-]+$",
+        description="Revision (ref) of the model in the store.",
+    )
+    model_dir: Path | None = Field(
+        None, description="Model store root, e.g. the ESSD mount (default: HOME/models)."
+    )
+    preload: bool = Field(False, description="Load the model at start-up instead of lazily.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the model runs; 'auto' picks CUDA when present."
+    )
+
+    # --- input limits ---------------------------------------------------------------
+    max_image_bytes: int = Field(
+        20 * MiB, ge=1024, le=512 * MiB, description="Largest accepted image file, in bytes."
+    )
+    max_images: int = Field(8, ge=1, le=64, description="Most images in one question.")
+    max_image_pixels: int = Field(
+        50_000_000,
+        ge=1024,
+        le=400_000_000,
+        description="Most decoded pixels per image (checked before decoding).",
+    )
+    min_pixels: int = Field(
+        3136, ge=784, le=12_845_056, description="Processor lower bound on pixels per image."
+    )
+    max_pixels: int = Field(
+        1_003_520,
+        ge=3136,
+        le=12_845_056,
+        description="Processor upper bound on pixels per image (sets its token budget).",
+    )
+    max_question_chars: int = Field(
+        4000, ge=16, le=100_000, description="Longest accepted question, in characters."
+    )
+
+    # --- generation -----------------------------------------------------------------
+    max_new_tokens: int = Field(
+        512, ge=1, le=8192, description="Default cap on generated tokens per answer."
+    )
+    max_new_tokens_limit: int = Field(
+        2048, ge=1, le=32768, description="Highest max_new_tokens a request may ask for."
+    )
+    temperature: float = Field(
+        0.0, ge=0.0, le=2.0, description="Default sampling temperature (0 = greedy)."
+    )
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Default nucleus sampling top-p.")
+    embed_cache_bytes: int = Field(
+        256 * MiB, ge=0, description="In-process image-embedding cache size, in bytes."
+    )
+    embed_cache_ttl_s: int = Field(
+        3600, ge=0, le=7 * 86400, description="Lifetime of embeddings in the Redis cache tier."
+    )
+
+    # --- admission ------------------------------------------------------------------
+    vram_budget: float = Field(
+        0.9,
+        gt=0,
+        description="Memory for requests: a fraction of device memory (<= 1) or bytes (> 1), "
+        "resident weights subtracted.",
+    )
+    cpu_budget_bytes: int = Field(
+        4096 * MiB, ge=64 * MiB, description="Request memory budget when running on the CPU."
+    )
+    queue_max: int = Field(64, ge=0, le=10_000, description="Most requests waiting in line.")
+    queue_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="Longest wait in line before a busy error."
+    )
+    downscale_to_fit: bool = Field(
+        False, description="Downscale images of a request that could never fit the budget."
+    )
+
+    # --- state ----------------------------------------------------------------------
+    redis_url: str | None = Field(
+        None, description="Redis URL for sessions, throttles and caches (unset: in-process)."
+    )
+
+    # --- auth -----------------------------------------------------------------------
+    tenants_file: Path | None = Field(
+        None, description="Tenants file, TOML (default: HOME/tenants.toml)."
+    )
+    key_file: Path | None = Field(
+        None, description="Server key file for encrypting secrets (default: HOME/keys/server.key)."
+    )
+    secret_key: SecretStr | None = Field(
+        None, description="Server key(s), comma-separated Fernet keys; overrides key_file."
+    )
+    session_idle_s: int = Field(
+        1800, ge=60, le=86400, description="Session idle timeout, in seconds."
+    )
+    session_lifetime_s: int = Field(
+        8 * 3600, ge=300, le=7 * 86400, description="Session absolute lifetime, in seconds."
+    )
+    login_max_failures: int = Field(
+        5, ge=1, le=1000, description="Failed logins before back-off starts."
+    )
+    login_backoff_s: float = Field(
+        2.0, gt=0, le=3600, description="First back-off after too many failed logins; doubles."
+    )
+    oss_timeout_s: float = Field(
+        5.0, gt=0, le=60, description="Timeout of each OSS request made by the server."
+    )
+
+    @field_validator("ui_path")
+    @classmethod
+    def _ui_path_starts_with_slash(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> Settings:
+        home = self.home.expanduser()
+        derived = {
+            "home": home,
+            "model_dir": self.model_dir or home / "models",
+            "log_dir": self.log_dir or home / "logs",
+            "tenants_file": self.tenants_file or home / "tenants.toml",
+            "key_file": self.key_file or home / "keys" / "server.key",
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+        if self.max_pixels < self.min_pixels:
+            raise ValueError("max_pixels must be >= min_pixels")
+        if self.max_new_tokens > self.max_new_tokens_limit:
+            raise ValueError("max_new_tokens must be <= max_new_tokens_limit")
+        return self
+
+    # Typed accessors for the derived paths (always set after validation).
+    @property
+    def model_path(self) -> Path:
+        assert self.model_dir is not None
+        return self.model_dir
+
+    @property
+    def tenants_path(self) -> Path:
+        assert self.tenants_file is not None
+        return self.tenants_file
+
+    @property
+    def key_path(self) -> Path:
+        assert self.key_file is not None
+        return self.key_file
+
+    @property
+    def log_path(self) -> Path:
+        assert self.log_dir is not None
+        return self.log_dir
+
+    @property
+    def is_demo_model(self) -> bool:
+        return self.model_id == DEMO_MODEL_ID
+
+
+def field_rows() -> list[dict[str, Any]]:
+    """One row per setting: name, env var, type, default, bounds, description."""
+    rows = []
+    for name, info in Settings.model_fields.items():
+        rows.append(
+            {
+                "name": name,
+                "env": ENV_PREFIX + name.upper(),
+                "flag": "--" + name.replace("_", "-"),
+                "type": _type_name(info.annotation),
+                "default": _default_text(name, info),
+                "bounds": _bounds_text(info.metadata),
+                "description": info.description or "",
+            }
+        )
+    return rows
+
+
+def _type_name(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return " | ".join(str(a) for a in args)
+    if args:
+        return " | ".join(_type_name(a) for a in args if a is not type(None)) + " (optional)"
+    return str(getattr(annotation, "__name__", annotation))
+
+
+def _default_text(name: str, info: Any) -> str:
+    if info.default_factory is not None:
+        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<source>/themes"}.get(
+            name, "(computed)"
+        )
+    return "" if info.default is None else str(info.default)
+
+
+def _bounds_text(metadata: list[Any]) -> str:
+    parts = []
+    for item in metadata:
+        for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(item, attr, None)
+            if value is not None:
+                parts.append(f"{symbol} {value}")
+    return ", ".join(parts)
+
+
+def markdown_table() -> str:
+    """The README configuration table, generated from the declarations."""
+    lines = [
+        "| env var | type | default | bounds | description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in field_rows():
+        cells = [f"`{row['env']}`", row["type"], f"`{row['default']}`" if row["default"] else ""]
+        cells += [row["bounds"], row["description"]]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)

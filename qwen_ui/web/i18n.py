@@ -1,0 +1,71 @@
+"""UI text in English and Chinese, and choosing the language of a request."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Lang = Literal["en", "zh"]
+LANGS: tuple[Lang, ...] = ("en", "zh")
+
+TEXT: dict[str, dict[Lang, str]] = {
+    "title": {"en": "qwen-ui · visual question answering", "zh": "qwen-ui · 视觉问答"},
+    "tagline": {
+        "en": "Ask questions about your images.",
+        "zh": "就您的图片提问。",
+    },
+    "language": {"en": "Language", "zh": "语言"},
+    "question": {"en": "Question", "zh": "问题"},
+    "question_placeholder": {
+        "en": "Attach images and ask a question about them…",
+        "zh": "添加图片并就其提问……",
+    },
+    "chat": {"en": "Conversation", "zh": "对话"},
+    "status": {"en": "Status", "zh": "状态"},
+    "model": {"en": "Model", "zh": "模型"},
+    "revision": {"en": "Revision", "zh": "版本"},
+    "engine": {"en": "Engine", "zh": "引擎"},
+    "installed": {"en": "installed", "zh": "已安装"},
+    "not_installed": {"en": "not installed", "zh": "未安装"},
+    "engine_idle": {"en": "idle (loads on first question)", "zh": "空闲（首次提问时加载）"},
+    "engine_loading": {"en": "loading…", "zh": "加载中……"},
+    "engine_ready": {"en": "ready", "zh": "就绪"},
+    "engine_failed": {"en": "failed", "zh": "失败"},
+    "no_engine": {
+        "en": "Answering is not available on this server yet: the engine is not part of "
+        "this build. The page shows what is configured.",
+        "zh": "此服务器暂不能回答问题：当前版本尚未包含推理引擎。页面仅显示当前配置。",
+    },
+    "send": {"en": "Ask", "zh": "提问"},
+    "stop": {"en": "Stop", "zh": "停止"},
+    "new_chat": {"en": "New conversation", "zh": "新对话"},
+}
+
+
+def t(key: str, lang: Lang) -> str:
+    return TEXT[key][lang]
+
+
+def negotiate(accept_language: str | None, configured: str = "auto") -> Lang:
+    """The configured language, or the browser's first supported choice (default en)."""
+    if configured in LANGS:
+        return configured  # type: ignore[return-value]
+    for lang, _q in _parse_accept(accept_language or ""):
+        primary = lang.split("-")[0].lower()
+        if primary in LANGS:
+            return primary  # type: ignore[return-value]
+    return "en"
+
+
+def _parse_accept(header: str) -> list[tuple[str, float]]:
+    items = []
+    for part in header.split(","):
+        lang, _, params = part.strip().partition(";")
+        quality = 1.0
+        if params.strip().startswith("q="):
+            try:
+                quality = float(params.strip()[2:])
+            except ValueError:
+                quality = 0.0
+        if lang:
+            items.append((lang, quality))
+    return sorted(items, key=lambda item: -item[1])

@@ -181,6 +181,24 @@ class Settings(BaseSettings):
     oss_timeout_s: float = Field(
         5.0, gt=0, le=60, description="Timeout of each OSS request made by the server."
     )
+    login_max_failures_per_ip: int = Field(
+        30, ge=1, le=100_000, description="Failed logins from one address before back-off."
+    )
+    login_backoff_max_s: float = Field(
+        900.0, gt=0, le=86400, description="Longest login back-off, in seconds."
+    )
+    login_window_s: int = Field(
+        3600, ge=60, le=7 * 86400, description="How long failed logins are remembered."
+    )
+    oss_verify_cache_s: int = Field(
+        300, ge=0, le=300, description="How long a successful OSS key check is reused (0: never)."
+    )
+    sts_recheck_s: int = Field(
+        60, ge=5, le=3600, description="How often an STS session re-checks its token with OSS."
+    )
+    allow_insecure_oss_endpoints: bool = Field(
+        False, description="Accept http:// OSS endpoints on loopback addresses (tests only)."
+    )
 
     @field_validator("ui_path")
     @classmethod

@@ -1,0 +1,181 @@
+"""AutoAWQ checkpoints kept 4-bit through PyTorch's built-in int4 kernels.
+
+The AutoAWQ GEMM layout (what Qwen publishes) for a linear ``y = x @ W.T`` with
+``W: [out, in]``:
+
+* ``qweight``: int32 ``[in, out / 8]``; each int32 packs 8 output columns, nibble ``i``
+  (bits ``4i .. 4i+3``) holding column ``AWQ_ORDER[i]`` of its group of 8;
+* ``qzeros``: int32 ``[in / g, out / 8]``, packed the same way;
+* ``scales``: fp16 ``[in / g, out]``;
+* dequantized: ``W.T[i, o] = (q[i, o] - z[i // g, o]) * s[i // g, o]``.
+
+PyTorch's int4 weight-only kernels (``torch._weight_int4pack_mm`` on CUDA,
+``torch._weight_int4pack_mm_for_cpu`` on CPU) compute with ``W[o, i] = (q - 8) * s + z'``
+per group, taking ``scales_and_zeros[k / g, n, 2]`` with ``[..., 0] = s`` and
+``[..., 1] = z'``. Rewriting AWQ's ``(q - z) * s = (q - 8) * s + (8 - z) * s`` gives
+``z' = (8 - z) * s``, computed in float32 before the cast to the compute dtype.
+``tests/engine/test_awq.py`` pins this against a dequantized reference.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+PACK = 8  # int4 values per int32
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
+KERNEL_GROUPS = (32, 64, 128, 256)
+
+
+def unpack_awq(packed: torch.Tensor) -> torch.Tensor:
+    """int32 ``[r, c / 8]`` in AWQ order → int32 ``[r, c]`` of values 0..15, natural order."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)
+    nibbles = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & 0xF  # [r, c/8, 8] nibble order
+    natural = nibbles[..., list(AWQ_REVERSE_ORDER)]
+    return natural.reshape(packed.shape[0], -1)
+
+
+def dequantize_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """The float32 weight ``[out, in]`` an AWQ triple stands for (the reference)."""
+    q = unpack_awq(qweight).float()  # [in, out]
+    z = unpack_awq(qzeros).float().repeat_interleave(group_size, dim=0)
+    s = scales.float().repeat_interleave(group_size, dim=0)
+    return ((q - z) * s).t().contiguous()
+
+
+def kernel_scales_and_zeros(
+    qzeros: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """AWQ zeros/scales → torch's ``scales_and_zeros[k / g, n, 2]`` (see module doc)."""
+    s = scales.float()
+    z = unpack_awq(qzeros).float()
+    return torch.stack([s, (8.0 - z) * s], dim=-1).to(dtype).contiguous()
+
+
+def kernel_fits(device: torch.device, out_features: int, in_features: int, group: int) -> bool:
+    """Whether torch's int4 kernel accepts this shape on ``device``."""
+    if group not in KERNEL_GROUPS or in_features % group:
+        return False
+    if device.type == "cuda":
+        return out_features % 8 == 0 and in_features % 32 == 0 and _cuda_int4_capable(device)
+    if device.type == "cpu":
+        return out_features % 16 == 0 and in_features % 2 == 0
+    return False
+
+
+def _cuda_int4_capable(device: torch.device) -> bool:
+    major, _minor = torch.cuda.get_device_capability(device)
+    return major >= 8
+
+
+def _inner_k_tiles(in_features: int) -> int:
+    for tiles in (8, 4, 2):
+        if in_features % (tiles * 16) == 0:
+            return tiles
+    raise ValueError(f"in_features {in_features} fits no int4 tiling")
+
+
+class Int4Linear(nn.Module):
+    """A linear layer whose weight stays 4-bit, multiplied by torch's int4 kernel.
+
+    Where no kernel fits the shape or device, the weight is dequantized once to the
+    compute dtype (``self.dequantized`` tells which path a layer took).
+    """
+
+    packed: torch.Tensor
+    scales_and_zeros: torch.Tensor
+    weight: torch.Tensor
+
+    def __init__(
+        self, in_features: int, out_features: int, group_size: int, dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.group_size = group_size
+        self.dtype = dtype
+        self.dequantized = False
+        self.bias: nn.Parameter | None = None
+
+    @classmethod
+    def from_awq(
+        cls,
+        qweight: torch.Tensor,
+        qzeros: torch.Tensor,
+        scales: torch.Tensor,
+        bias: torch.Tensor | None,
+        group_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> Int4Linear:
+        in_features, out_features = qweight.shape[0], qweight.shape[1] * PACK
+        layer = cls(in_features, out_features, group_size, dtype)
+        qweight, qzeros, scales = (t.to(device) for t in (qweight, qzeros, scales))
+        if kernel_fits(device, out_features, in_features, group_size):
+            layer._set_kernel_weights(qweight, qzeros, scales, device)
+        else:
+            weight = dequantize_awq(qweight, qzeros, scales, group_size).to(dtype)
+            layer.register_buffer("weight", weight)
+            layer.dequantized = True
+        if bias is not None:
+            layer.bias = nn.Parameter(bias.to(device=device, dtype=dtype), requires_grad=False)
+        return layer
+
+    def _set_kernel_weights(
+        self, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, dev: torch.device
+    ) -> None:
+        q = unpack_awq(qweight).t().contiguous()  # int32 [n, k]
+        if dev.type == "cuda":
+            as_uint8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+            packed = torch._convert_weight_to_int4pack(as_uint8, _inner_k_tiles(self.in_features))
+        else:
+            packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+        self.register_buffer("packed", packed)
+        self.register_buffer(
+            "scales_and_zeros", kernel_scales_and_zeros(qzeros, scales, self.dtype)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dequantized:
+            return nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
+        shape = x.shape
+        flat = x.reshape(-1, self.in_features).to(self.dtype).contiguous()
+        if flat.is_cuda:
+            out = torch._weight_int4pack_mm(
+                flat, self.packed, self.group_size, self.scales_and_zeros
+            )
+        else:
+            out = torch._weight_int4pack_mm_for_cpu(
+                flat, self.packed, self.group_size, self.scales_and_zeros
+            )
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        path = "dequantized" if self.dequantized else "int4 kernel"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"group_size={self.group_size}, {path}"
+        )
+
+
+def awq_settings(config: Any) -> tuple[int, bool] | None:
+    """``(group_size, zero_point)`` when ``config`` declares an AutoAWQ GEMM checkpoint."""
+    quant = getattr(config, "quantization_config", None)
+    if quant is None:
+        return None
+    get = quant.get if isinstance(quant, dict) else lambda k, d=None: getattr(quant, k, d)
+    if str(get("quant_method", "")).lower() != "awq":
+        return None
+    if int(get("bits", 4)) != 4 or str(get("version", "gemm")).lower() != "gemm":
+        raise ValueError("only 4-bit AutoAWQ GEMM checkpoints are supported")
+    return int(get("group_size", 128)), bool(get("zero_point", True))

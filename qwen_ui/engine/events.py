@@ -1,0 +1,116 @@
+"""Stage events: what the engine reports while it works, as plain JSON-able dataclasses.
+
+Every event serialises to ``{"type": "stage" | "token" | "done" | "failed", ...}``. The UI,
+the HTTP API (newline-delimited JSON) and the tests all consume the same objects.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from qwen_ui.errors import QwenUIError
+
+StageName = Literal["queued", "loading_model", "decoding", "encoding", "answering"]
+
+# Where each stage sits on the overall progress bar (start, end).
+_SPANS: dict[str, tuple[float, float]] = {
+    "queued": (0.0, 0.0),
+    "loading_model": (0.0, 0.1),
+    "decoding": (0.1, 0.25),
+    "encoding": (0.25, 0.5),
+    "answering": (0.5, 0.5),
+}
+
+_LABELS: dict[str, dict[str, str]] = {
+    "queued": {"en": "Waiting in line: {ahead} ahead", "zh": "排队中：前面还有 {ahead} 个"},
+    "loading_model": {"en": "Loading the model", "zh": "正在加载模型"},
+    "decoding": {"en": "Decoding image {index}/{total}", "zh": "正在解码图片 {index}/{total}"},
+    "encoding": {"en": "Encoding image {index}/{total}", "zh": "正在编码图片 {index}/{total}"},
+    "answering": {"en": "Answering", "zh": "正在回答"},
+}
+_CACHED = {"en": " (cached)", "zh": "（缓存）"}
+
+
+class Event:
+    """Base of all events."""
+
+    type: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}  # type: ignore[call-overload]
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Stage(Event):
+    """A stage of the work started (or made progress): ``index``/``total`` count images."""
+
+    stage: StageName
+    index: int = 0
+    total: int = 0
+    cached: bool = False
+    ahead: int = 0
+    progress: float = 0.0
+    type: str = field(default="stage", init=False)
+
+    @classmethod
+    def at(cls, stage: StageName, index: int = 0, total: int = 0, **kw: Any) -> Stage:
+        start, end = _SPANS[stage]
+        fraction = index / total if total else 1.0
+        return cls(stage, index, total, progress=round(start + (end - start) * fraction, 4), **kw)
+
+    def label(self, lang: str = "en") -> str:
+        lang = "zh" if lang == "zh" else "en"
+        text = _LABELS[self.stage][lang].format(
+            index=self.index, total=self.total, ahead=self.ahead
+        )
+        return text + (_CACHED[lang] if self.cached else "")
+
+
+@dataclass(frozen=True)
+class Token(Event):
+    """New answer text (may be empty while a multi-byte character completes)."""
+
+    text: str
+    count: int
+    progress: float
+    type: str = field(default="token", init=False)
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    """The answer is complete. ``timings`` are seconds per stage; ``ttft`` to first token."""
+
+    answer: str
+    conversation_id: str
+    prompt_tokens: int
+    completion_tokens: int
+    images: int
+    cache_hits: int
+    finish_reason: Literal["stop", "length"]
+    timings: dict[str, float]
+    progress: float = 1.0
+    type: str = field(default="done", init=False)
+
+
+@dataclass(frozen=True)
+class Failed(Event):
+    """The request ended with a typed error; ``message`` is in the request's language."""
+
+    code: str
+    message: str
+    status: int
+    type: str = field(default="failed", init=False)
+
+    @classmethod
+    def of(cls, error: QwenUIError, lang: str = "en") -> Failed:
+        return cls(error.code, error.message(lang), error.status)
+
+
+def answering_progress(count: int, max_new_tokens: int) -> float:
+    """Progress during the answer: 0.5 → 1.0 as tokens approach the cap."""
+    return round(0.5 + 0.5 * min(1.0, count / max(1, max_new_tokens)), 4)

@@ -1,0 +1,252 @@
+"""The vision pipeline (processor + vision tower) and the language pipeline (tokenizer +
+language model), loaded lazily from the model store, once, behind a lock.
+
+Both halves live in one checkpoint and one module tree (``model.model.visual`` and the
+decoder), so one load serves both; each pipeline is a view with only what its stage needs.
+The loader drives :class:`~qwen_ui.engine.status.EngineStatus` (idle → loading → ready |
+failed). Loading never reaches the network: the path comes from the store, every
+``from_pretrained`` gets ``local_files_only=True`` and the hub's offline switches are set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from PIL import Image
+from transformers import AutoProcessor, PreTrainedModel
+
+from qwen_ui.engine.cache import Embedding
+from qwen_ui.engine.errors import UnsupportedModel
+from qwen_ui.engine.generate import Prompt
+from qwen_ui.engine.loading import load_model
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.errors import QwenUIError
+
+log = logging.getLogger(__name__)
+
+IMAGE_PAD = "<|image_pad|>"
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+class SnapshotLike(Protocol):
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+class StoreLike(Protocol):
+    def resolve(self, model_id: str, revision: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    model_id: str
+    revision: str
+    device: str  # "auto" | "cpu" | "cuda"
+    min_pixels: int
+    max_pixels: int
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One exchange of a conversation, as the prompt sees it."""
+
+    question: str
+    image_count: int
+    answer: str | None = None  # None: the turn being asked now
+
+
+def pick_device(wanted: str) -> torch.device:
+    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA (what the int4 kernel takes); float32 on the CPU (fast and exact there)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+class VisionPipeline:
+    """Image → (pixel patches, grid) → embeddings, one image at a time."""
+
+    def __init__(self, processor: Any, model: PreTrainedModel, spec: ModelSpec) -> None:
+        self.image_processor = processor.image_processor
+        self.model = model
+        self.device = model.device
+        self.size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
+        self.settings_key = (
+            f"min={spec.min_pixels},max={spec.max_pixels},"
+            f"patch={self.image_processor.patch_size},merge={self.image_processor.merge_size}"
+        )
+
+    @torch.inference_mode()
+    def encode(self, image: Image.Image) -> Embedding:
+        batch = self.image_processor(images=[image], size=self.size, return_tensors="pt")
+        grid = batch["image_grid_thw"].to(self.device)
+        pixels = batch["pixel_values"].to(self.device)
+        out = self.model.model.get_image_features(pixels, grid, return_dict=True)
+        features = out.pooler_output[0].detach().to("cpu")
+        t, h, w = (int(v) for v in grid[0].tolist())
+        return Embedding(features, (t, h, w))
+
+
+class LanguagePipeline:
+    """Chat template + tokenizer → :class:`Prompt`; token ids → text."""
+
+    def __init__(self, processor: Any, model: PreTrainedModel) -> None:
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.model = model
+        self.device = model.device
+        self.merge = int(processor.image_processor.merge_size)
+        self.image_token_id = int(model.config.image_token_id)
+        self.stop_ids = stop_token_ids(model, self.tokenizer)
+
+    def build_prompt(self, turns: Sequence[Turn], embeddings: Sequence[Embedding]) -> Prompt:
+        text = self.processor.apply_chat_template(
+            messages(turns), tokenize=False, add_generation_prompt=True
+        )
+        counts = [e.features.shape[0] for e in embeddings]
+        text = expand_image_pads(text, counts)
+        ids = self.tokenizer(text, return_tensors="pt")["input_ids"].to(self.device)
+        type_ids = (ids == self.image_token_id).to(torch.int32)
+        if int(type_ids.sum()) != sum(counts):
+            raise UnsupportedModel(reason="the chat template does not place image tokens")
+        grid = None
+        if embeddings:
+            grid = torch.tensor([e.grid_thw for e in embeddings], device=self.device)
+        return Prompt(ids, type_ids, grid, [e.features for e in embeddings])
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))
+
+
+def messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for turn in turns:
+        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(turn.image_count)]
+        content.append({"type": "text", "text": turn.question})
+        out.append({"role": "user", "content": content})
+        if turn.answer is not None:
+            out.append({"role": "assistant", "content": [{"type": "text", "text": turn.answer}]})
+    return out
+
+
+def expand_image_pads(text: str, counts: Sequence[int]) -> str:
+    """Replace the i-th ``<|image_pad|>`` with ``counts[i]`` of them (what the processor does)."""
+    parts = text.split(IMAGE_PAD)
+    if len(parts) - 1 != len(counts):
+        raise UnsupportedModel(reason="image placeholders do not match the images")
+    pieces = [parts[0]]
+    for count, rest in zip(counts, parts[1:], strict=True):
+        pieces.append(IMAGE_PAD * count)
+        pieces.append(rest)
+    return "".join(pieces)
+
+
+def stop_token_ids(model: PreTrainedModel, tokenizer: Any) -> list[int]:
+    ids: set[int] = set()
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return sorted(int(i) for i in ids)
+
+
+@dataclass
+class Loaded:
+    vision: VisionPipeline
+    language: LanguagePipeline
+    snapshot_id: str
+    seconds: float
+
+
+class Pipelines:
+    """Loads the model once, on first need, and hands out the two pipelines."""
+
+    def __init__(self, store: StoreLike, spec: ModelSpec, status: EngineStatus) -> None:
+        self.store = store
+        self.spec = spec
+        self.status = status
+        self._lock = threading.Lock()
+        self._loaded: Loaded | None = None
+        self._snapshot: SnapshotLike | None = None
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._loaded is not None
+
+    def snapshot(self) -> SnapshotLike:
+        """The store snapshot (cheap: a ref read and a manifest size check)."""
+        if self._snapshot is None:
+            self._snapshot = self.store.resolve(self.spec.model_id, self.spec.revision)
+        return self._snapshot
+
+    def load(self) -> Loaded:
+        if self._loaded is not None:
+            return self._loaded
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = self._load_once()
+            return self._loaded
+
+    def vision(self) -> VisionPipeline:
+        return self.load().vision
+
+    def language(self) -> LanguagePipeline:
+        return self.load().language
+
+    def _load_once(self) -> Loaded:
+        self.status.loading()
+        start = time.perf_counter()
+        try:
+            loaded = self._build()
+        except QwenUIError as exc:
+            self.status.failed(exc.message("en"))
+            raise
+        except Exception as exc:
+            log.exception("model load failed")
+            self.status.failed(f"{type(exc).__name__}: {exc}")
+            raise UnsupportedModel(reason=f"{type(exc).__name__}: {exc}") from exc
+        loaded.seconds = time.perf_counter() - start
+        self.status.ready()
+        log.info(
+            "model %s@%s loaded in %.1f s on %s",
+            self.spec.model_id,
+            self.spec.revision,
+            loaded.seconds,
+            loaded.language.device,
+        )
+        return loaded
+
+    def _build(self) -> Loaded:
+        for name in OFFLINE_ENV:
+            os.environ[name] = "1"
+        snapshot = self.snapshot()
+        device = pick_device(self.spec.device)
+        processor = AutoProcessor.from_pretrained(snapshot.path, local_files_only=True)
+        model = load_model(Path(snapshot.path), device, compute_dtype(device))
+        return Loaded(
+            VisionPipeline(processor, model, self.spec),
+            LanguagePipeline(processor, model),
+            snapshot.id,
+            0.0,
+        )
+
+    def unload(self) -> None:
+        with self._lock:
+            self._loaded = None
+        self.status.reset()

@@ -1,0 +1,234 @@
+"""Test support: a tiny random Qwen2.5-VL model, its tokenizer and processor, and an
+AutoAWQ-packed variant written with the official checkpoint key names.
+
+The AWQ packing here is the inverse of ``qwen_ui.engine.awq.unpack_awq``: it follows the
+AutoAWQ GEMM layout (``qweight [in, out/8]``, nibble ``i`` holds column ``AWQ_ORDER[i]``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModelForImageTextToText,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLProcessor,
+    Qwen2Tokenizer,
+    Qwen2VLImageProcessor,
+    Qwen2VLVideoProcessor,
+)
+
+from qwen_ui.engine.awq import AWQ_ORDER
+
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIAL = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture "
+    "{{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video "
+    "{{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "What shape is in the picture? A red circle on a white background.",
+    "How many squares are there? There are three blue squares.",
+    "图片里有什么形状？一个红色的圆。有几个正方形？三个蓝色的正方形。",
+    "Describe the image. The triangle is green and the star is yellow.",
+    "Which picture shows more shapes? The second picture.",
+] * 4
+GROUP = 128
+AWQ_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def build_tokenizer() -> Qwen2Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    state = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["merges"]]
+    tokenizer = Qwen2Tokenizer(vocab=state["vocab"], merges=merges)
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL[1:]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_processor(tokenizer: Qwen2Tokenizer) -> Qwen2_5_VLProcessor:
+    image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
+    video_processor = Qwen2VLVideoProcessor()
+    return Qwen2_5_VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def tiny_config(tokenizer: Qwen2Tokenizer) -> Qwen2_5_VLConfig:
+    ids = tokenizer.convert_tokens_to_ids
+    text = {
+        "vocab_size": 512,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [8, 12, 12],
+        },
+        "tie_word_embeddings": False,
+        "bos_token_id": ids("<|endoftext|>"),
+        "eos_token_id": ids("<|im_end|>"),
+        "pad_token_id": ids("<|endoftext|>"),
+    }
+    vision = {
+        "depth": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 2,
+        "out_hidden_size": 128,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 56,
+        "fullatt_block_indexes": [1],
+        "in_channels": 3,
+    }
+    return Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+
+
+def build_tiny_model(out: Path, seed: int = 0) -> Path:
+    """A random bf16-free (float32) tiny Qwen2.5-VL checkpoint with tokenizer + processor."""
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    processor = build_processor(tokenizer)
+    config = tiny_config(tokenizer)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # larger weights give a peakier, more decisive random model
+        for param in model.parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, 0.08)
+    model.generation_config.eos_token_id = [config.text_config.eos_token_id]
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+# --- AutoAWQ packing (the inverse of the engine's unpack) ------------------------------
+
+
+def awq_quantize(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, ...]:
+    """``weight [out, in]`` → int ``q [in, out]``, ``z [in/g, out]``, fp16 ``s [in/g, out]``."""
+    w = weight.detach().float().t()  # [in, out]
+    groups = w.reshape(-1, group, w.shape[1])
+    low, high = groups.amin(1), groups.amax(1)
+    scales = ((high - low).clamp(min=1e-5) / 15).half()
+    s = scales.float()
+    zeros = torch.clamp(torch.round(-low / s), 0, 15)
+    q = torch.clamp(torch.round(groups / s[:, None]) + zeros[:, None], 0, 15)
+    return q.reshape_as(w).to(torch.int32), zeros.to(torch.int32), scales
+
+
+def awq_pack(values: torch.Tensor) -> torch.Tensor:
+    """int ``[r, c]`` (0..15) → int32 ``[r, c/8]`` in AWQ nibble order."""
+    rows, cols = values.shape
+    grouped = values.to(torch.int64).reshape(rows, cols // 8, 8)
+    packed = torch.zeros(rows, cols // 8, dtype=torch.int64)
+    for nibble, column in enumerate(AWQ_ORDER):
+        packed |= grouped[:, :, column] << (4 * nibble)
+    return packed.to(torch.int32)  # wraps values >= 2**31, as AutoAWQ's int32 does
+
+
+def official_name(name: str) -> str:
+    """transformers-5 parameter name → the published Qwen2.5-VL checkpoint name."""
+    if name.startswith("model.visual."):
+        return name[len("model.") :]
+    if name.startswith("model.language_model."):
+        return "model." + name[len("model.language_model.") :]
+    return name
+
+
+def write_awq_checkpoint(src: Path, out: Path) -> Path:
+    """Quantize the decoder linears of ``src`` into AutoAWQ GEMM tensors under official
+    key names; everything else (vision tower included) stays fp16."""
+    model = AutoModelForImageTextToText.from_pretrained(src, dtype=torch.float32)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        module, _, leaf = name.rpartition(".")
+        if leaf == "weight" and module.split(".")[-1] in AWQ_LINEARS and ".visual." not in name:
+            q, z, s = awq_quantize(tensor)
+            base = official_name(module)
+            tensors[f"{base}.qweight"] = awq_pack(q)
+            tensors[f"{base}.qzeros"] = awq_pack(z)
+            tensors[f"{base}.scales"] = s
+        else:
+            tensors[official_name(name)] = tensor.detach().half().contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    for item in src.iterdir():
+        if item.name not in ("model.safetensors", "config.json"):
+            shutil.copy(item, out / item.name)
+    config = json.loads((src / "config.json").read_text())
+    config["dtype"] = "float16"
+    config["quantization_config"] = {
+        "bits": 4,
+        "group_size": GROUP,
+        "quant_method": "awq",
+        "version": "gemm",
+        "zero_point": True,
+        "modules_to_not_convert": ["visual"],
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out

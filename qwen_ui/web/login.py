@@ -1,0 +1,224 @@
+"""The login and logout routes (FastAPI owns them, not Gradio).
+
+``GET /login`` sets a CSRF nonce cookie and shows the form; ``POST /login`` checks the
+CSRF token and Origin, then the tenant's verifier; success replaces any old session
+with a new one (new id) and redirects to ``next``. Failures re-render the form with the
+error's status (401 for every wrong credential, 429 + Retry-After, 503, 403), or answer
+the JSON error shape to clients that ask for JSON. ``GET /logout`` shows a confirmation
+form; ``POST /logout`` deletes the session server-side. ``GET /api/v1/me`` says who is
+logged in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from qwen_ui.auth import csrf
+from qwen_ui.auth.audit import request_id_from
+from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
+from qwen_ui.auth.service import LoginAttempt
+from qwen_ui.auth.web import (
+    CSRF_COOKIE,
+    SESSION_COOKIE,
+    auth_service,
+    clear_cookie,
+    read_cookie,
+    require_principal,
+    safe_next,
+    set_cookie,
+)
+from qwen_ui.errors import PayloadTooLarge, QwenUIError
+from qwen_ui.web.errors import error_response
+from qwen_ui.web.i18n import LANGS, Lang, negotiate
+from qwen_ui.web.login_page import LoginForm, render_login, render_logout, security_headers
+from qwen_ui.web.login_text import lt
+
+router = APIRouter()
+
+MAX_FORM_BYTES = 64 * 1024
+MAX_FIELD_CHARS = 8192
+CSRF_MAX_AGE = 2 * 3600
+
+
+def page_lang(request: Request, chosen: str | None = None) -> Lang:
+    if chosen in LANGS:
+        return chosen  # type: ignore[return-value]
+    query = request.query_params.get("lang")
+    if query in LANGS:
+        return query  # type: ignore[return-value]
+    configured = request.app.state.settings.language
+    return negotiate(request.headers.get("accept-language"), configured)
+
+
+def _default_method(request: Request) -> str:
+    tenants = auth_service(request.app).registry.all()
+    return "local" if any(t.kind == "local" for t in tenants) else "oss"
+
+
+def _html(body: str, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers={**security_headers(), **(headers or {})})
+
+
+def _csrf_nonce(request: Request) -> tuple[str, bool]:
+    """The CSRF nonce of this browser (from its cookie) and whether it is new."""
+    nonce = read_cookie(request, CSRF_COOKIE)
+    if nonce and len(nonce) <= 64:
+        return nonce, False
+    return csrf.new_nonce(), True
+
+
+def _form_page(
+    request: Request,
+    lang: Lang,
+    form: LoginForm,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    nonce, fresh = _csrf_nonce(request)
+    token = csrf.token_for(auth_service(request.app).keys, nonce)
+    response = _html(render_login(lang, replace(form, csrf=token)), status, headers)
+    if fresh:
+        set_cookie(response, request, CSRF_COOKIE, nonce, max_age=CSRF_MAX_AGE)
+    return response
+
+
+@router.get("/login", include_in_schema=False)
+async def login_page(request: Request) -> Response:
+    lang = page_lang(request)
+    ui_path = request.app.state.settings.ui_path
+    form = LoginForm(
+        csrf="",
+        next=safe_next(request.query_params.get("next"), ui_path),
+        tenant=request.query_params.get("tenant", "")[:64],
+        method=request.query_params.get("method") or _default_method(request),
+        notice=lt("logged_out", lang) if request.query_params.get("logged_out") else None,
+    )
+    return _form_page(request, lang, form)
+
+
+def _field(form: Any, name: str) -> str:
+    value = form.get(name)
+    return value[:MAX_FIELD_CHARS] if isinstance(value, str) else ""
+
+
+def _credentials(form: Any) -> Credentials:
+    if _field(form, "method") == "local":
+        return PasswordCredentials(
+            user=_field(form, "user").strip(), password=_field(form, "password")
+        )
+    return OSSCredentials(
+        key_id=_field(form, "key_id").strip(),
+        secret=_field(form, "key_secret").strip(),
+        sts_token=_field(form, "sts_token").strip() or None,
+    )
+
+
+def _client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+@router.post("/login", include_in_schema=False)
+async def login_submit(request: Request) -> Response:
+    if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
+        return error_response(request, PayloadTooLarge())
+    form = await request.form(max_files=0, max_fields=20)
+    service = auth_service(request.app)
+    lang = page_lang(request, _field(form, "lang"))
+    target = safe_next(_field(form, "next"), request.app.state.settings.ui_path)
+    credentials = _credentials(form)
+    try:
+        csrf.check_origin(request.headers.get("origin"), request.headers.get("host"))
+        csrf.check(service.keys, read_cookie(request, CSRF_COOKIE), _field(form, "csrf"))
+        attempt = LoginAttempt(
+            tenant=_field(form, "tenant").strip(),
+            credentials=credentials,
+            ip=_client_ip(request),
+            request_id=request_id_from(request.headers.get("x-request-id")),
+        )
+        session_id, session = await service.login(attempt)
+    except QwenUIError as error:
+        return _login_failed(request, lang, form, target, error)
+    old = read_cookie(request, SESSION_COOKIE)
+    if old:
+        await service.sessions.delete(old)
+    root = request.scope.get("root_path", "") or ""
+    response: Response = RedirectResponse(root + target, status_code=303)
+    if _wants_json(request):
+        response = JSONResponse({"tenant": session.tenant, "user": session.user})
+    max_age = int(max(1, session.expires - service.clock()))
+    set_cookie(response, request, SESSION_COOKIE, session_id, max_age=max_age)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _login_failed(
+    request: Request, lang: Lang, form: Any, target: str, error: QwenUIError
+) -> Response:
+    if _wants_json(request):
+        return error_response(request, error)
+    method = "local" if _field(form, "method") == "local" else "oss"
+    shown = LoginForm(
+        csrf="",
+        next=target,
+        tenant=_field(form, "tenant")[:64],
+        method=method,
+        key_id=_field(form, "key_id")[:128] if method == "oss" else "",
+        user=_field(form, "user")[:64] if method == "local" else "",
+        error=error.message(lang),
+    )
+    headers = {}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(error.retry_after)))
+    return _form_page(request, lang, shown, error.status, headers)
+
+
+@router.get("/logout", include_in_schema=False)
+async def logout_page(request: Request) -> Response:
+    lang = page_lang(request)
+    session_id = read_cookie(request, SESSION_COOKIE)
+    session = await auth_service(request.app).resolve(session_id)
+    if session is None or session_id is None:
+        return RedirectResponse((request.scope.get("root_path", "") or "") + "/login", 303)
+    token = csrf.token_for(auth_service(request.app).keys, session_id)
+    return _html(render_logout(lang, token, session.principal.label))
+
+
+@router.post("/logout", include_in_schema=False)
+async def logout_submit(request: Request) -> Response:
+    service = auth_service(request.app)
+    session_id = read_cookie(request, SESSION_COOKIE)
+    form = await request.form(max_files=0, max_fields=5)
+    csrf.check_origin(request.headers.get("origin"), request.headers.get("host"))
+    submitted = _field(form, "csrf") or request.headers.get("x-csrf-token")
+    if session_id:
+        csrf.check(service.keys, session_id, submitted)
+        await service.logout(session_id, request_id_from(request.headers.get("x-request-id")))
+    root = request.scope.get("root_path", "") or ""
+    response = RedirectResponse(f"{root}/login?logged_out=1", status_code=303)
+    clear_cookie(response, request, SESSION_COOKIE)
+    return response
+
+
+@router.get("/api/v1/me")
+async def whoami(
+    request: Request, principal: Annotated[Principal, Depends(require_principal)]
+) -> JSONResponse:
+    """Who is calling; for a browser session also the CSRF token that logout needs."""
+    body: dict[str, Any] = {
+        "tenant": principal.tenant,
+        "user": principal.user,
+        "method": principal.method,
+    }
+    session_id = read_cookie(request, SESSION_COOKIE)
+    if principal.method != "token" and session_id:
+        body["logout_csrf"] = csrf.token_for(auth_service(request.app).keys, session_id)
+    return JSONResponse(body, headers={"Cache-Control": "no-store"})

@@ -132,6 +132,13 @@ class Settings(BaseSettings):
     embed_cache_ttl_s: int = Field(
         3600, ge=0, le=7 * 86400, description="Lifetime of embeddings in the Redis cache tier."
     )
+    conversation_ttl_s: int = Field(
+        86400,
+        ge=60,
+        le=30 * 86400,
+        description="How long a conversation (its turns and images) is kept after its last "
+        "question.",
+    )
 
     # --- admission ------------------------------------------------------------------
     vram_budget: float = Field(

@@ -1,0 +1,93 @@
+"""The demo model's architecture: Qwen2.5-VL scaled down, on the production code path.
+
+Window attention in the vision tower (with full-attention blocks, as in the real model),
+multimodal rotary positions (mrope) in the language model, the 2x2 patch merger. Every
+linear layer's width is a multiple of 128 so that int4 group-128 packing applies to all
+of them. Images are limited to ``MAX_PIXELS`` (a 336 px square is 144 visual tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PATCH = 14
+MERGE = 2
+MIN_PIXELS = 56 * 56
+MAX_PIXELS = 336 * 336
+VOCAB_SIZE = 1024  # 1000 learned BPE tokens + 22 Qwen added tokens, padded to 128
+
+# token ids follow from tokenizer.SPECIAL_TOKENS appended after the BPE vocabulary
+ENDOFTEXT_ID = 1000
+IM_START_ID = 1001
+IM_END_ID = 1002
+VISION_START_ID = 1009
+VISION_END_ID = 1010
+IMAGE_PAD_ID = 1012
+VIDEO_PAD_ID = 1013
+
+TEXT = {
+    "hidden_size": 384,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "mrope_section": [8, 12, 12],  # sums to head_dim / 2 = 32
+}
+VISION = {
+    "depth": 4,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_heads": 4,
+    "patch_size": PATCH,
+    "spatial_merge_size": MERGE,
+    "temporal_patch_size": 2,
+    "window_size": 112,
+    "fullatt_block_indexes": [1, 3],
+    "in_chans": 3,
+    "hidden_act": "silu",
+}
+
+
+def config_dict() -> dict[str, Any]:
+    """Keyword arguments for ``Qwen2_5_VLConfig``."""
+    text = dict(TEXT)
+    mrope = text.pop("mrope_section")
+    text.update(
+        vocab_size=VOCAB_SIZE,
+        hidden_act="silu",
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        attention_dropout=0.0,
+        rope_parameters={"rope_type": "default", "rope_theta": text.pop("rope_theta"),
+                         "mrope_section": mrope},
+        bos_token_id=ENDOFTEXT_ID,
+        eos_token_id=IM_END_ID,
+        pad_token_id=ENDOFTEXT_ID,
+    )
+    vision = dict(VISION, out_hidden_size=TEXT["hidden_size"])
+    return {
+        "text_config": text,
+        "vision_config": vision,
+        "image_token_id": IMAGE_PAD_ID,
+        "video_token_id": VIDEO_PAD_ID,
+        "vision_start_token_id": VISION_START_ID,
+        "vision_end_token_id": VISION_END_ID,
+        "tie_word_embeddings": True,
+    }
+
+
+def build_config() -> Any:
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(**config_dict())
+
+
+def linear_widths(model: Any) -> dict[str, tuple[int, int]]:
+    """(in, out) of every ``nn.Linear`` in ``model``, by module name."""
+    from torch import nn
+
+    return {name: (m.in_features, m.out_features)
+            for name, m in model.named_modules() if isinstance(m, nn.Linear)}

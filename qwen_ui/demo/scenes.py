@@ -1,0 +1,406 @@
+"""Seeded scenes of simple shapes and questions about them, in English and Chinese.
+
+One seed gives one :class:`Sample`: 1 to 3 images (scenes of 1 to 6 shapes on a tinted
+background, 160 to 480 px a side) and a question with its exact answer, drawn from the
+grammar documented in ``docs/demo-model.md``. Everything derives from ``random.Random(seed)``
+so a seed always gives the same sample. Training draws seeds below :data:`HELD_OUT_BASE`;
+evaluation uses seeds from :data:`HELD_OUT_BASE` up, never seen in training.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from PIL import Image, ImageDraw
+
+Lang = Literal["en", "zh"]
+LANGS: tuple[Lang, ...] = ("en", "zh")
+HELD_OUT_BASE = 10**12
+
+SHAPES = ("circle", "square", "triangle", "star")
+SHAPE_PLURAL = {"circle": "circles", "square": "squares", "triangle": "triangles", "star": "stars"}
+SHAPE_ZH = {"circle": "圆形", "square": "正方形", "triangle": "三角形", "star": "星形"}
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (215, 40, 40),
+    "green": (40, 160, 60),
+    "blue": (40, 80, 215),
+    "yellow": (235, 200, 25),
+    "purple": (135, 55, 185),
+    "orange": (245, 130, 25),
+}
+COLOUR_ZH = {
+    "red": "红色",
+    "green": "绿色",
+    "blue": "蓝色",
+    "yellow": "黄色",
+    "purple": "紫色",
+    "orange": "橙色",
+}
+RELATIONS = ("left", "right", "above", "below")
+REL_EN = {"left": "left of", "right": "right of", "above": "above", "below": "below"}
+REL_ZH = {"left": "左边", "right": "右边", "above": "上面", "below": "下面"}
+ORDINAL_EN = ("the first image", "the second image", "the third image")
+ORDINAL_ZH = ("第一张图", "第二张图", "第三张图")
+COUNT_WORD_EN = {2: "two", 3: "three"}
+COUNT_WORD_ZH = {2: "两", 3: "三"}
+YES = {"en": "yes", "zh": "有"}
+NO = {"en": "no", "zh": "没有"}
+TRUE = {"en": "yes", "zh": "是"}
+FALSE = {"en": "no", "zh": "否"}
+
+KINDS = (
+    "count",
+    "total",
+    "colour",
+    "shape",
+    "exists",
+    "spatial",
+    "multi_compare",
+    "multi_count",
+)
+MAX_SHAPES = 6
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str
+    colour: str
+    rgb: tuple[int, int, int]
+    cx: float
+    cy: float
+    r: float
+
+
+@dataclass(frozen=True)
+class Scene:
+    width: int
+    height: int
+    background: tuple[int, int, int]
+    shapes: tuple[Shape, ...]
+
+    def count(self, colour: str | None = None, kind: str | None = None) -> int:
+        return sum(1 for s in self.shapes if _matches(s, colour, kind))
+
+
+@dataclass(frozen=True)
+class Sample:
+    seed: int
+    kind: str
+    lang: Lang
+    question: str
+    answer: str
+    scenes: tuple[Scene, ...]
+
+    def images(self) -> list[Image.Image]:
+        return [render(scene) for scene in self.scenes]
+
+
+def _matches(shape: Shape, colour: str | None, kind: str | None) -> bool:
+    return _spec_matches((shape.kind, shape.colour), colour, kind)
+
+
+def _spec_matches(spec: tuple[str, str], colour: str | None, kind: str | None) -> bool:
+    return (colour is None or spec[1] == colour) and (kind is None or spec[0] == kind)
+
+
+# --- scenes -------------------------------------------------------------------------
+
+
+Spec = tuple[str, str]  # (kind, colour)
+
+
+def random_spec(rng: random.Random) -> Spec:
+    return rng.choice(SHAPES), rng.choice(list(COLOURS))
+
+
+def _jitter(rng: random.Random, rgb: tuple[int, int, int], amount: int) -> tuple[int, int, int]:
+    r, g, b = (min(255, max(0, c + rng.randint(-amount, amount))) for c in rgb)
+    return r, g, b
+
+
+def make_scene(rng: random.Random, specs: Sequence[Spec]) -> Scene | None:
+    """Place ``specs`` without overlap on a random canvas; None when they do not fit."""
+    width, height = rng.randint(160, 480), rng.randint(160, 480)
+    side = min(width, height)
+    placed: list[Shape] = []
+    for kind, colour in specs:
+        r = side * rng.uniform(0.08, 0.14)
+        for _ in range(60):
+            cx = rng.uniform(r + 2, width - r - 2)
+            cy = rng.uniform(r + 2, height - r - 2)
+            if all(math.hypot(cx - s.cx, cy - s.cy) > r + s.r + 4 for s in placed):
+                rgb = _jitter(rng, COLOURS[colour], 12)
+                placed.append(Shape(kind, colour, rgb, cx, cy, r))
+                break
+        else:
+            return None
+    background = (rng.randint(222, 255), rng.randint(222, 255), rng.randint(222, 255))
+    return Scene(width, height, background, tuple(placed))
+
+
+def scene_from(rng: random.Random, draw_specs: Callable[[], list[Spec]]) -> Scene:
+    """Draw specs and place them until they fit (shuffled so order carries no meaning)."""
+    while True:
+        specs = draw_specs()
+        rng.shuffle(specs)
+        scene = make_scene(rng, specs)
+        if scene is not None:
+            return scene
+
+
+def _star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
+    points = []
+    for i in range(10):
+        radius = r if i % 2 == 0 else r * 0.45
+        angle = -math.pi / 2 + i * math.pi / 5
+        points.append((cx + radius * math.cos(angle), cy + radius * math.sin(angle)))
+    return points
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, s: Shape) -> None:
+    box = (s.cx - s.r, s.cy - s.r, s.cx + s.r, s.cy + s.r)
+    if s.kind == "circle":
+        draw.ellipse(box, fill=s.rgb)
+    elif s.kind == "square":
+        k = s.r * 0.85
+        draw.rectangle((s.cx - k, s.cy - k, s.cx + k, s.cy + k), fill=s.rgb)
+    elif s.kind == "triangle":
+        h = s.r * math.sqrt(3) / 2
+        draw.polygon([(s.cx, s.cy - s.r), (s.cx - h, s.cy + s.r / 2), (s.cx + h, s.cy + s.r / 2)],
+                     fill=s.rgb)
+    else:
+        draw.polygon(_star_points(s.cx, s.cy, s.r), fill=s.rgb)
+
+
+def render(scene: Scene) -> Image.Image:
+    """Draw ``scene`` as an RGB image."""
+    image = Image.new("RGB", (scene.width, scene.height), scene.background)
+    draw = ImageDraw.Draw(image)
+    for shape in scene.shapes:
+        _draw_shape(draw, shape)
+    return image
+
+
+# --- questions ----------------------------------------------------------------------
+
+
+Made = tuple[str, str, tuple[Scene, ...]]  # (question, answer, scenes)
+
+
+def _fill(rng: random.Random, n: int, ok: Callable[[Spec], bool]) -> list[Spec]:
+    """``n`` random specs, each satisfying ``ok``."""
+    specs: list[Spec] = []
+    while len(specs) < n:
+        spec = random_spec(rng)
+        if ok(spec):
+            specs.append(spec)
+    return specs
+
+
+def q_count(rng: random.Random, lang: Lang) -> Made:
+    form = rng.choices(("both", "shape", "colour"), weights=(3, 1, 1))[0]
+    kind = rng.choice(SHAPES) if form != "colour" else None
+    colour = rng.choice(list(COLOURS)) if form != "shape" else None
+    k = rng.randint(0, 5)
+    n = rng.randint(max(1, k), MAX_SHAPES)
+
+    def specs() -> list[Spec]:
+        hits = [(kind or rng.choice(SHAPES), colour or rng.choice(list(COLOURS)))
+                for _ in range(k)]
+        return hits + _fill(rng, n - k, lambda s: not _spec_matches(s, colour, kind))
+
+    scene = scene_from(rng, specs)
+    if lang == "en":
+        noun = f"{colour} shapes" if kind is None else SHAPE_PLURAL[kind]
+        if kind is not None and colour is not None:
+            noun = f"{colour} {noun}"
+        text = f"How many {noun} are there?"
+    else:
+        noun = "图形" if kind is None else SHAPE_ZH[kind]
+        text = f"图中有几个{COLOUR_ZH[colour]}的{noun}？" if colour else f"图中有几个{noun}？"
+    return text, str(scene.count(colour, kind)), (scene,)
+
+
+def q_total(rng: random.Random, lang: Lang) -> Made:
+    n = rng.randint(1, MAX_SHAPES)
+    scene = scene_from(rng, lambda: [random_spec(rng) for _ in range(n)])
+    text = "How many shapes are there?" if lang == "en" else "图中一共有几个图形？"
+    return text, str(n), (scene,)
+
+
+def q_colour(rng: random.Random, lang: Lang) -> Made:
+    kind, colour = random_spec(rng)
+    n = rng.randint(1, MAX_SHAPES)
+    scene = scene_from(rng, lambda: [(kind, colour)] + _fill(rng, n - 1, lambda s: s[0] != kind))
+    if lang == "en":
+        word = rng.choice(("colour", "color"))
+        return f"What {word} is the {kind}?", colour, (scene,)
+    return f"{SHAPE_ZH[kind]}是什么颜色的？", COLOUR_ZH[colour], (scene,)
+
+
+def q_shape(rng: random.Random, lang: Lang) -> Made:
+    kind, colour = random_spec(rng)
+    n = rng.randint(1, MAX_SHAPES)
+    scene = scene_from(rng, lambda: [(kind, colour)] + _fill(rng, n - 1, lambda s: s[1] != colour))
+    if lang == "en":
+        return f"What shape is the {colour} one?", kind, (scene,)
+    return f"{COLOUR_ZH[colour]}的图形是什么形状？", SHAPE_ZH[kind], (scene,)
+
+
+def q_exists(rng: random.Random, lang: Lang) -> Made:
+    kind, colour = random_spec(rng)
+    present = rng.random() < 0.5
+    n = rng.randint(1, MAX_SHAPES)
+
+    def specs() -> list[Spec]:
+        # near misses (same shape or same colour) make "no" scenes informative
+        rest = _fill(rng, n - 1 if present else n, lambda s: s != (kind, colour))
+        return [(kind, colour), *rest] if present else rest
+
+    scene = scene_from(rng, specs)
+    if lang == "en":
+        article = "an" if colour in ("orange",) else "a"
+        text = f"Is there {article} {colour} {kind}?"
+    else:
+        text = f"图中有{COLOUR_ZH[colour]}的{SHAPE_ZH[kind]}吗？"
+    answer = (YES if present else NO)[lang]
+    return text, answer, (scene,)
+
+
+def _axis(rel: str, s: Shape) -> float:
+    """Coordinate along the relation's axis, growing in the relation's direction."""
+    return {"left": -s.cx, "right": s.cx, "above": -s.cy, "below": s.cy}[rel]
+
+
+def holds(rel: str, a: Shape, b: Shape) -> bool:
+    """``a`` is clearly ``rel`` of ``b``: their extents on that axis do not overlap."""
+    return _axis(rel, a) - a.r > _axis(rel, b) + b.r
+
+
+def clearly_not(rel: str, a: Shape, b: Shape) -> bool:
+    """``a`` is clearly not ``rel`` of ``b``: its centre lies on the other side."""
+    return _axis(rel, a) < _axis(rel, b) - 0.25 * b.r
+
+
+def _unique_refs(scene: Scene) -> list[Shape]:
+    return [s for s in scene.shapes if scene.count(s.colour, s.kind) == 1]
+
+
+def _name(s: Shape, lang: Lang) -> str:
+    return f"{s.colour} {s.kind}" if lang == "en" else f"{COLOUR_ZH[s.colour]}{SHAPE_ZH[s.kind]}"
+
+
+def _spatial_which(rng: random.Random, lang: Lang, rel: str) -> Made | None:
+    n = rng.randint(2, MAX_SHAPES)
+    scene = scene_from(rng, lambda: [random_spec(rng) for _ in range(n)])
+    for ref in _unique_refs(scene):
+        others = [s for s in scene.shapes if s is not ref]
+        hits = [s for s in others if holds(rel, s, ref)]
+        if len(hits) == 1 and all(s is hits[0] or clearly_not(rel, s, ref) for s in others):
+            if lang == "en":
+                return f"What shape is {REL_EN[rel]} the {_name(ref, lang)}?", hits[0].kind, (scene,)
+            text = f"{_name(ref, lang)}{REL_ZH[rel]}的图形是什么形状？"
+            return text, SHAPE_ZH[hits[0].kind], (scene,)
+    return None
+
+
+def _spatial_yesno(rng: random.Random, lang: Lang, rel: str) -> Made | None:
+    n = rng.randint(2, MAX_SHAPES)
+    scene = scene_from(rng, lambda: [random_spec(rng) for _ in range(n)])
+    refs = _unique_refs(scene)
+    if len(refs) < 2:
+        return None
+    a, b = rng.sample(refs, 2)
+    if holds(rel, a, b):
+        truth = True
+    elif clearly_not(rel, a, b):
+        truth = False
+    else:
+        return None
+    answer = (TRUE if truth else FALSE)[lang]
+    if lang == "en":
+        where = REL_EN[rel] if rel in ("above", "below") else f"to the {REL_EN[rel]}"
+        return f"Is the {_name(a, lang)} {where} the {_name(b, lang)}?", answer, (scene,)
+    return f"{_name(a, lang)}在{_name(b, lang)}的{REL_ZH[rel]}吗？", answer, (scene,)
+
+
+def q_spatial(rng: random.Random, lang: Lang) -> Made:
+    form = _spatial_which if rng.random() < 0.5 else _spatial_yesno
+    rel = rng.choice(RELATIONS)
+    while True:
+        made = form(rng, lang, rel)
+        if made is not None:
+            return made
+
+
+def q_multi_compare(rng: random.Random, lang: Lang) -> Made:
+    m = rng.choice((2, 3))
+    kind = rng.choice(SHAPES)
+    while True:
+        counts = [rng.randint(0, 4) for _ in range(m)]
+        best = max(counts)
+        if counts.count(best) == 1:
+            break
+    scenes = tuple(_scene_with(rng, kind, c, rng.randint(max(1, c), min(MAX_SHAPES, c + 3)))
+                   for c in counts)
+    winner = counts.index(best)
+    if lang == "en":
+        more = "more" if m == 2 else "the most"
+        return f"Which image has {more} {SHAPE_PLURAL[kind]}?", ORDINAL_EN[winner], scenes
+    more = "更多" if m == 2 else "最多"
+    return f"哪张图里的{SHAPE_ZH[kind]}{more}？", ORDINAL_ZH[winner], scenes
+
+
+def _scene_with(rng: random.Random, kind: str, hits: int, n: int) -> Scene:
+    def specs() -> list[Spec]:
+        same = [(kind, rng.choice(list(COLOURS))) for _ in range(hits)]
+        return same + _fill(rng, n - hits, lambda s: s[0] != kind)
+
+    return scene_from(rng, specs)
+
+
+def q_multi_count(rng: random.Random, lang: Lang) -> Made:
+    m = rng.choice((2, 3))
+    kind = rng.choice(SHAPES)
+    counts = [rng.randint(0, 3) for _ in range(m)]
+    scenes = tuple(_scene_with(rng, kind, c, rng.randint(max(1, c), min(MAX_SHAPES, c + 3)))
+                   for c in counts)
+    total = str(sum(counts))
+    if lang == "en":
+        text = f"How many {SHAPE_PLURAL[kind]} are there in the {COUNT_WORD_EN[m]} images together?"
+        return text, total, scenes
+    return f"{COUNT_WORD_ZH[m]}张图里一共有几个{SHAPE_ZH[kind]}？", total, scenes
+
+
+MAKERS: dict[str, Callable[[random.Random, Lang], Made]] = {
+    "count": q_count,
+    "total": q_total,
+    "colour": q_colour,
+    "shape": q_shape,
+    "exists": q_exists,
+    "spatial": q_spatial,
+    "multi_compare": q_multi_compare,
+    "multi_count": q_multi_count,
+}
+
+
+def sample(seed: int, kind: str | None = None, lang: Lang | None = None) -> Sample:
+    """The sample of ``seed``; ``kind``/``lang`` force a question type or language."""
+    rng = random.Random(seed)
+    chosen_kind = rng.choice(KINDS)
+    chosen_lang = rng.choice(LANGS)
+    kind = kind or chosen_kind
+    lang = lang or chosen_lang
+    question, answer, scenes = MAKERS[kind](rng, lang)
+    return Sample(seed, kind, lang, question, answer, scenes)
+
+
+def held_out(n: int, seed: int = 0) -> list[Sample]:
+    """``n`` held-out samples, balanced over kinds and languages, from ``seed``."""
+    base = HELD_OUT_BASE + seed * 10**6
+    pairs = [(k, lang) for k in KINDS for lang in LANGS]
+    return [sample(base + i, *pairs[i % len(pairs)]) for i in range(n)]

@@ -1,0 +1,414 @@
+"""Train the shapes demo model from scratch on generated scenes (runs on one GPU).
+
+    PYTHONUNBUFFERED=1 python -m qwen_ui.demo.train --out OUT --steps 6000
+
+Scenes are generated and run through the real ``Qwen2_5_VLProcessor`` (loaded from the
+shipped processor files) in DataLoader workers, which also compute the mrope position ids;
+each worker yields whole padded batches. The loss covers only the answer tokens and the
+closing ``<|im_end|>``. AdamW, linear warm-up then cosine decay, bf16 autocast, everything
+seeded. Every ``--eval-every`` steps the held-out batch (seeds never drawn in training) is
+scored by teacher-forced exact match, which equals greedy-decoding exact match: all answer
+tokens and the end token must be the argmax. Checkpoints go to ``OUT/model`` in shards of
+at most 12 MB, so a run cut short still leaves weights.
+
+Training-only speed-up: the vision tower's per-window attention loop is replaced by one
+padded, batched SDPA call (:func:`padded_vision_attention`); :func:`check_equivalence`
+verifies it against the stock implementation at start-up. The saved model uses the stock
+code path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from qwen_ui.demo import modelcfg, scenes
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = Path(__file__).resolve().parent / "weights" / "bf16"
+IGNORE = -100
+# the image processor's normalisation (OpenAI CLIP mean/std, as in Qwen2-VL)
+IMAGE_MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073])[None, :, None]
+IMAGE_STD = torch.tensor([0.26862954, 0.26130258, 0.27577711])[None, :, None]
+Batch = dict[str, Any]
+
+
+# --- data ---------------------------------------------------------------------------
+
+
+def messages(item: scenes.Sample) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = [{"type": "image"} for _ in item.scenes]
+    content.append({"type": "text", "text": item.question})
+    return [{"role": "user", "content": content}]
+
+
+class Encoder:
+    """Turns a :class:`scenes.Sample` into model inputs with the real processor."""
+
+    def __init__(self, processor_dir: Path) -> None:
+        from transformers import AutoProcessor, Qwen2_5_VLModel
+
+        self.processor = AutoProcessor.from_pretrained(str(processor_dir))
+        image = self.processor.image_processor
+        self.mean = torch.tensor(image.image_mean)[None, :, None]
+        self.std = torch.tensor(image.image_std)[None, :, None]
+        with torch.device("meta"):
+            self.rope = Qwen2_5_VLModel(modelcfg.build_config())
+
+    def __call__(self, item: scenes.Sample) -> dict[str, Any]:
+        prompt = self.processor.apply_chat_template(
+            messages(item), add_generation_prompt=True, tokenize=False
+        )
+        enc = self.processor(text=[prompt], images=item.images(), return_tensors="pt")
+        answer = self.processor.tokenizer(item.answer + "<|im_end|>")["input_ids"]
+        prompt_ids = enc["input_ids"][0]
+        ids = torch.cat([prompt_ids, torch.tensor(answer)])
+        mm = torch.cat([enc["mm_token_type_ids"][0], torch.zeros(len(answer), dtype=torch.long)])
+        positions, _ = self.rope.get_rope_index(
+            input_ids=ids[None], mm_token_type_ids=mm[None], image_grid_thw=enc["image_grid_thw"]
+        )
+        labels = torch.full_like(ids, IGNORE)
+        labels[len(prompt_ids):] = ids[len(prompt_ids):]
+        return {
+            "input_ids": ids,
+            "labels": labels,
+            "mm_token_type_ids": mm,
+            "position_ids": positions[:, 0],
+            "pixel_u8": self.to_u8(enc["pixel_values"]),
+            "image_grid_thw": enc["image_grid_thw"],
+            "kind": item.kind,
+            "lang": item.lang,
+        }
+
+    def to_u8(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """The processor's patches back as the resized image's bytes (exact: the resize
+        yields uint8 and normalisation is affine), 4x less to move between processes."""
+        patches = pixel_values.view(pixel_values.shape[0], 3, -1)
+        raw = (patches * self.std + self.mean) * 255
+        return raw.round().clamp(0, 255).to(torch.uint8).view_as(pixel_values)
+
+
+def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Inverse of :meth:`Encoder.to_u8`: the processor's ``pixel_values`` (to ~1e-7)."""
+    patches = u8.view(u8.shape[0], 3, -1).float() / 255
+    return ((patches - mean.to(u8.device)) / std.to(u8.device)).view(u8.shape)
+
+
+def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> Batch:
+    """Right-pad the rows into one batch."""
+    length = max(len(r["input_ids"]) for r in rows)
+    n = len(rows)
+    ids = torch.full((n, length), pad_id, dtype=torch.long)
+    labels = torch.full((n, length), IGNORE, dtype=torch.long)
+    mask = torch.zeros((n, length), dtype=torch.long)
+    mm = torch.zeros((n, length), dtype=torch.long)
+    pos_rows = rows[0]["position_ids"].shape[0]
+    pos = torch.zeros((pos_rows, n, length), dtype=torch.long)
+    for i, r in enumerate(rows):
+        k = len(r["input_ids"])
+        ids[i, :k] = r["input_ids"]
+        labels[i, :k] = r["labels"]
+        mask[i, :k] = 1
+        mm[i, :k] = r["mm_token_type_ids"]
+        pos[:, i, :k] = r["position_ids"]
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "attention_mask": mask,
+        "mm_token_type_ids": mm,
+        "position_ids": pos,
+        "pixel_u8": torch.cat([r["pixel_u8"] for r in rows]),
+        "image_grid_thw": torch.cat([r["image_grid_thw"] for r in rows]),
+        "kind": [r["kind"] for r in rows],
+        "lang": [r["lang"] for r in rows],
+    }
+
+
+class SceneBatches(IterableDataset[Batch]):
+    """Endless batches of training samples; worker ``w`` of ``W`` owns seeds ``≡ w mod W``."""
+
+    def __init__(self, processor_dir: Path, batch_size: int, seed: int) -> None:
+        self.processor_dir = processor_dir
+        self.batch_size = batch_size
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        torch.set_num_threads(1)
+        encode = Encoder(self.processor_dir)
+        base = self.seed * 10**10
+        index = worker
+        while True:
+            rows = []
+            for _ in range(self.batch_size):
+                rows.append(encode(scenes.sample(base + index)))
+                index += workers
+            yield collate(rows)
+
+
+def held_out_batches(processor_dir: Path, n: int, batch_size: int) -> list[Batch]:
+    encode = Encoder(processor_dir)
+    items = scenes.held_out(n, seed=7)
+    return [collate([encode(s) for s in items[i:i + batch_size]])
+            for i in range(0, n, batch_size)]
+
+
+# --- the training-only attention ------------------------------------------------------
+
+
+def padded_vision_attention(module: Any, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor,
+                            position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                            **_: Any) -> torch.Tensor:
+    """Qwen2.5-VL vision attention over all windows/images at once (padded SDPA)."""
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
+
+    seq = hidden_states.shape[0]
+    heads = module.num_heads
+    q, k, v = module.qkv(hidden_states).reshape(seq, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
+    cos, sin = position_embeddings
+    q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    chunks = lengths.shape[0]
+    longest = int(lengths.max())
+    chunk = torch.repeat_interleave(torch.arange(chunks, device=q.device), lengths)
+    offset = torch.arange(seq, device=q.device) - cu_seqlens[chunk].to(q.device)
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        out = t.new_zeros((chunks, longest, heads, t.shape[-1]))
+        out[chunk, offset] = t
+        return out.transpose(1, 2)
+
+    keep = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None].to(q.device))
+    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=keep[:, None, None, :],
+                                         scale=module.scaling)
+    out = out.transpose(1, 2)[chunk, offset].reshape(seq, -1)
+    return module.proj(out)  # type: ignore[no-any-return]
+
+
+def use_padded_attention(model: Any, enabled: bool) -> None:
+    for block in model.model.visual.blocks:
+        attn = block.attn
+        if enabled:
+            attn.forward = _bind(attn)
+        elif "forward" in attn.__dict__:
+            del attn.forward
+
+
+def _bind(attn: Any) -> Callable[..., torch.Tensor]:
+    def forward(hidden_states: torch.Tensor, cu_seqlens: torch.Tensor,
+                position_embeddings: tuple[torch.Tensor, torch.Tensor], **kw: Any) -> torch.Tensor:
+        return padded_vision_attention(attn, hidden_states, cu_seqlens, position_embeddings, **kw)
+
+    return forward
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    out = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+           for k, v in batch.items()}
+    out["pixel_values"] = restore_pixels(out.pop("pixel_u8"), IMAGE_MEAN, IMAGE_STD)
+    return out
+
+
+def forward_logits(model: Any, batch: Batch, *, positions: bool = True,
+                   amp: bool = True) -> torch.Tensor:
+    kwargs = {k: batch[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids",
+                                    "pixel_values", "image_grid_thw")}
+    if positions:
+        kwargs["position_ids"] = batch["position_ids"]
+    with torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16, enabled=amp):
+        return model(**kwargs, use_cache=False).logits  # type: ignore[no-any-return]
+
+
+def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    shifted = labels[:, 1:]
+    return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                           shifted.reshape(-1), ignore_index=IGNORE)
+
+
+def exact(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per row: every answer token is the argmax (= greedy decoding gives the answer)."""
+    shifted = labels[:, 1:]
+    wrong = (logits[:, :-1].argmax(-1) != shifted) & (shifted != IGNORE)
+    return ~wrong.any(dim=1)
+
+
+def check_equivalence(model: Any, batch: Batch) -> dict[str, float]:
+    """Max logit difference of the training shortcuts against the stock forward."""
+    model.eval()
+    with torch.no_grad():
+        use_padded_attention(model, False)
+        stock = forward_logits(model, batch, positions=False, amp=False)
+        use_padded_attention(model, True)
+        fast = forward_logits(model, batch, positions=True, amp=False)
+    model.train()
+    mask = batch["attention_mask"].bool()
+    return {"max_abs_diff": float((stock - fast)[mask].abs().max()),
+            "logit_scale": float(stock[mask].abs().max())}
+
+
+def evaluate(model: Any, batches: list[Batch], device: torch.device) -> dict[str, Any]:
+    hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    loss_sum = 0.0
+    model.eval()
+    with torch.no_grad():
+        for cpu_batch in batches:
+            batch = to_device(cpu_batch, device)
+            logits = forward_logits(model, batch)
+            loss_sum += float(answer_loss(logits, batch["labels"]))
+            ok = exact(logits, batch["labels"]).tolist()
+            for good, kind, lang in zip(ok, batch["kind"], batch["lang"], strict=True):
+                for key in ("all", kind, lang):
+                    hits[key][0] += int(good)
+                    hits[key][1] += 1
+    model.train()
+    acc = {k: round(v[0] / v[1], 4) for k, v in sorted(hits.items())}
+    return {"loss": round(loss_sum / len(batches), 4), "acc": acc, "n": hits["all"][1]}
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.05) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def save(model: Any, out: Path, step: int) -> None:
+    """Save a bf16 copy (the stock forward; training keeps fp32 master weights)."""
+    target = out / "model"
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(str(target), max_shard_size="12MB")
+    (out / "saved_step.txt").write_text(str(step))
+    log.info("saved step %d to %s", step, target)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--processor-dir", type=Path, default=WEIGHTS)
+    p.add_argument("--steps", type=int, default=6000)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--workers", type=int, default=14)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-every", type=int, default=500)
+    p.add_argument("--eval-n", type=int, default=1024)
+    p.add_argument("--save-every-s", type=float, default=120.0)
+    p.add_argument("--max-minutes", type=float, default=8.0)
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--device", default="cuda")
+    return p.parse_args(argv)
+
+
+def build_model(device: torch.device) -> Any:
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    config = modelcfg.build_config()
+    config._attn_implementation = "sdpa"
+    model = Qwen2_5_VLForConditionalGeneration(config).to(device)
+    model.generation_config.eos_token_id = [modelcfg.IM_END_ID, modelcfg.ENDOFTEXT_ID]
+    model.generation_config.pad_token_id = modelcfg.ENDOFTEXT_ID
+    model.generation_config.do_sample = False
+    return model
+
+
+def make_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (decay if param.ndim >= 2 and "embed" not in name else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    fused = next(model.parameters()).is_cuda
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=fused)
+
+
+def run(args: argparse.Namespace) -> None:
+    seed_everything(args.seed)
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = build_model(device)
+    log.info("params %d", sum(p.numel() for p in model.parameters()))
+    held = held_out_batches(args.processor_dir, args.eval_n, 128)
+    log.info("equivalence %s", check_equivalence(model, to_device(held[0], device)))
+    use_padded_attention(model, True)
+    opt = make_optimizer(model, args.lr, args.weight_decay)
+    loader = DataLoader(SceneBatches(args.processor_dir, args.batch, args.seed), batch_size=None,
+                        num_workers=args.workers, pin_memory=device.type == "cuda",
+                        prefetch_factor=4 if args.workers else None,
+                        persistent_workers=args.workers > 0)
+    train_loop(model, opt, iter(loader), held, args, device)
+
+
+def train_loop(model: Any, opt: torch.optim.Optimizer, batches: Iterator[Batch],
+               held: list[Batch], args: argparse.Namespace, device: torch.device) -> None:
+    metrics = (args.out / "metrics.jsonl").open("a")
+    start = last_save = time.time()
+    wait = 0.0
+    model.train()
+    for step in range(args.steps):
+        t0 = time.time()
+        batch = to_device(next(batches), device)
+        wait += time.time() - t0
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        loss = answer_loss(forward_logits(model, batch), batch["labels"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        elapsed = time.time() - start
+        if step % args.log_every == 0:
+            row = {"step": step, "loss": round(loss.item(), 4), "lr": opt.param_groups[0]["lr"],
+                   "grad_norm": round(norm.item(), 3), "elapsed_s": round(elapsed, 1),
+                   "data_wait_s": round(wait, 1), "tokens": int(batch["attention_mask"].sum())}
+            log.info("train %s", json.dumps(row))
+            metrics.write(json.dumps({"train": row}) + "\n")
+        last = step == args.steps - 1 or elapsed > args.max_minutes * 60
+        if step % args.eval_every == 0 or last:
+            result = evaluate(model, held, device) | {"step": step, "elapsed_s": round(elapsed, 1)}
+            log.info("eval %s", json.dumps(result, ensure_ascii=False))
+            metrics.write(json.dumps({"eval": result}, ensure_ascii=False) + "\n")
+            metrics.flush()
+        if last or time.time() - last_save > args.save_every_s:
+            use_padded_attention(model, False)
+            save(model, args.out, step)
+            use_padded_attention(model, True)
+            last_save = time.time()
+        if last:
+            break
+    metrics.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

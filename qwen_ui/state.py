@@ -50,7 +50,7 @@ class State(ABC):
     async def ping(self) -> None:
         """Raise StateUnavailable when the backend cannot be reached."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release connections."""
 
     @property
@@ -119,8 +119,9 @@ class MemoryState(State):
         self._data[key] = entry
         self._writes += 1
         if self._writes % self.sweep_every == 0:
-            for stale in [k for k in self._data if self._live(k) is None]:
-                self._data.pop(stale, None)
+            now = time.monotonic()
+            for stale in [k for k, e in self._data.items() if e.deadline and e.deadline <= now]:
+                del self._data[stale]
 
     @staticmethod
     def _deadline(ttl: float | None) -> float | None:

@@ -7,8 +7,17 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from qwen_ui.errors import BadRequest, QwenUIError
+from qwen_ui.errors import (
+    BadRequest,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    QwenUIError,
+    TooManyRequests,
+    Unauthorized,
+)
 from qwen_ui.web.i18n import negotiate
 
 log = logging.getLogger(__name__)
@@ -29,6 +38,21 @@ async def _handle_app_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, exc)
 
 
+_BY_STATUS: dict[int, type[QwenUIError]] = {
+    error.status: error
+    for error in (BadRequest, Unauthorized, Forbidden, NotFound, PayloadTooLarge, TooManyRequests)
+}
+
+
+async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own HTTP errors (404, 405, ...) in the one error shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    error = _BY_STATUS.get(exc.status_code, BadRequest if exc.status_code < 500 else QwenUIError)
+    response = error_response(request, error())
+    response.status_code = exc.status_code
+    return response
+
+
 async def _handle_validation(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, BadRequest())
 
@@ -36,3 +60,4 @@ async def _handle_validation(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(QwenUIError, _handle_app_error)
     app.add_exception_handler(RequestValidationError, _handle_validation)
+    app.add_exception_handler(StarletteHTTPException, _handle_http)

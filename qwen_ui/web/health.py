@@ -35,5 +35,9 @@ async def readyz(request: Request) -> JSONResponse:
     status = request.app.state.engine_status
     if status.is_ready:
         return JSONResponse({"status": "ready", "engine": status.state.value})
-    body = {"status": "not ready", "engine": status.state.value, "reason": status.not_ready_reason()}
+    body = {
+        "status": "not ready",
+        "engine": status.state.value,
+        "reason": status.not_ready_reason(),
+    }
     return JSONResponse(body, status_code=503)

@@ -24,7 +24,9 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 class Metrics:
     """The app's registry and the metrics every part shares; parts may register more."""
 
-    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+    registry: CollectorRegistry = field(
+        default_factory=lambda: CollectorRegistry(auto_describe=True)
+    )
 
     def __post_init__(self) -> None:
         self.requests = Counter(

@@ -1,0 +1,109 @@
+"""The mounted Gradio page: config, theme, proxy awareness, languages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import Request
+from fastapi.testclient import TestClient
+
+from qwen_ui.server import create_app
+from qwen_ui.settings import Settings
+from qwen_ui.web.i18n import negotiate
+from qwen_ui.web.theme import ThemeNotFound, load_theme
+from qwen_ui.web.ui import PAGE_TITLE, status_markdown
+
+
+def config(client: TestClient, path: str = "/config", **headers: str) -> dict[str, Any]:
+    response = client.get(path, headers=headers)
+    assert response.status_code == 200
+    return dict(response.json())
+
+
+def test_page_and_title(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
+    assert config(client)["title"] == PAGE_TITLE
+
+
+def test_no_api_link_by_default_and_upload_limit(client: TestClient, settings: Settings) -> None:
+    cfg = config(client)
+    assert "api" not in cfg["footer_links"]
+    assert cfg["max_file_size"] == settings.max_image_bytes
+    assert cfg["analytics_enabled"] is False
+
+
+def test_api_link_when_enabled(home: Path) -> None:
+    with TestClient(create_app(Settings(home=home, show_api=True))) as client:
+        assert "api" in config(client)["footer_links"]
+
+
+def test_theme_and_css_from_themes_folder(client: TestClient) -> None:
+    cfg = config(client)
+    assert ".qwen-status" in cfg["css"]
+    assert cfg["stylesheets"] == []  # nothing external (fonts) to fetch
+    assert "body_background_fill_dark" in cfg["body_css"]
+
+
+def test_unknown_theme_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ThemeNotFound, match="nope"):
+        load_theme(tmp_path, "nope")
+
+
+def test_behind_proxy_root_uses_forwarded_host_and_proto(client: TestClient) -> None:
+    cfg = config(client, **{"X-Forwarded-Host": "vqa.example.com", "X-Forwarded-Proto": "https"})
+    assert cfg["root"] == "https://vqa.example.com"
+
+
+@pytest.mark.parametrize(("trusted", "scheme"), [("testclient", "https"), ("10.0.0.1", "http")])
+def test_proxy_scheme_from_trusted_peer_only(home: Path, trusted: str, scheme: str) -> None:
+    """Our routes (cookies, redirects) see https only when the peer is a trusted proxy."""
+    app = create_app(Settings(home=home, forwarded_allow_ips=trusted, ui_path="/ui"))
+
+    async def seen_scheme(request: Request) -> str:
+        return request.url.scheme
+
+    app.add_api_route("/_scheme", seen_scheme)
+    with TestClient(app) as client:
+        assert client.get("/_scheme", headers={"X-Forwarded-Proto": "https"}).json() == scheme
+
+
+def test_mount_path_is_configurable(home: Path) -> None:
+    with TestClient(create_app(Settings(home=home, ui_path="/ui"))) as client:
+        assert config(client, "/ui/config")["title"] == PAGE_TITLE
+        assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("header", "configured", "expected"),
+    [
+        ("zh-CN,zh;q=0.9,en;q=0.8", "auto", "zh"),
+        ("en-US,en;q=0.9", "auto", "en"),
+        ("fr-FR,zh;q=0.5", "auto", "zh"),
+        ("fr", "auto", "en"),
+        (None, "auto", "en"),
+        ("zh-CN", "en", "en"),
+        ("en;q=0.2,zh-TW;q=0.8", "auto", "zh"),
+    ],
+)
+def test_language_negotiation(header: str | None, configured: str, expected: str) -> None:
+    assert negotiate(header, configured) == expected
+
+
+def test_status_says_honestly_what_exists(client: TestClient, settings: Settings) -> None:
+    text = status_markdown(client.app, "en")  # type: ignore[arg-type]
+    assert settings.model_id in text
+    assert "not installed" in text
+    assert "idle" in text
+    assert "not available" in text
+    assert "未安装" in status_markdown(client.app, "zh")  # type: ignore[arg-type]
+
+
+def test_status_reports_installed_model(client: TestClient, settings: Settings) -> None:
+    ref = client.app.state.store.ref_path(settings.model_id, settings.model_revision)  # type: ignore[attr-defined]
+    ref.parent.mkdir(parents=True)
+    ref.write_text("0" * 64)
+    assert "· installed" in status_markdown(client.app, "en")  # type: ignore[arg-type]

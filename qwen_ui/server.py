@@ -16,7 +16,7 @@ from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import Settings
 from qwen_ui.state import open_state
 from qwen_ui.store import ModelStore
-from qwen_ui.web import errors, health, metrics
+from qwen_ui.web import auth_setup, errors, health, metrics
 from qwen_ui.web.theme import load_theme
 from qwen_ui.web.ui import build_ui
 
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     app.state.state = open_state(settings.redis_url)
+    app.state.auth = auth_setup.start(settings, app.state.state)
     log.info("qwen-ui %s starting: model %s, state %s", __version__, settings.model_id,
              app.state.state.kind)
     try:
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(health.router)
     app.include_router(metrics.router)
+    auth_setup.install(app, settings)
     app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
@@ -65,7 +67,7 @@ def _mount_ui(app: FastAPI, settings: Settings) -> None:
     theme = load_theme(settings.themes_dir, settings.theme)
     footer: list = ["gradio", "settings"] + (["api"] if settings.show_api else [])
     gr.mount_gradio_app(
-        app, build_ui(app), path=settings.ui_path,
+        app, build_ui(app), path=settings.ui_path, auth_dependency=auth_setup.gradio_auth(app),
         theme=theme.theme, css_paths=theme.css_paths, footer_links=footer,
         max_file_size=settings.max_image_bytes, ssr_mode=False, pwa=False,
         enable_monitoring=False, mcp_server=False,

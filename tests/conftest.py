@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from qwen_ui.server import create_app
 from qwen_ui.settings import Settings
 from qwen_ui.state import MemoryState, RedisState, State
+from tests.support.auth import log_in
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 
@@ -45,6 +46,14 @@ def app(settings: Settings) -> FastAPI:
 
 @pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
+    """Logged in as demo/demo (a local tenant); see ``anonymous_client`` for none."""
+    with TestClient(app) as test_client:
+        log_in(test_client)
+        yield test_client
+
+
+@pytest.fixture
+def anonymous_client(app: FastAPI) -> Iterator[TestClient]:
     with TestClient(app) as test_client:
         yield test_client
 

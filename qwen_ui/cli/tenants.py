@@ -1,0 +1,230 @@
+"""``qwen-ui tenants …``: manage the tenants file (TOML under QWEN_UI_HOME).
+
+Passwords and API tokens are generated, printed once, and stored only as hashes.
+A running server picks the changes up without a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qwen_ui.auth import tenants as tenants_file
+from qwen_ui.auth.bootstrap import DEMO_TENANT, DEMO_USER, ensure_demo_tenant
+from qwen_ui.auth.errors import TenantsFileError
+from qwen_ui.auth.passwords import generate_password, hash_password
+from qwen_ui.auth.tenants import Limits, OSSConfig, Tenant, TenantsFile
+from qwen_ui.auth.tokens import add_token, new_token, revoke_token
+from qwen_ui.settings import Settings
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("tenants", help="manage tenants, users and API tokens")
+    parser.add_argument("--home", type=Path, default=None, help="instance home (QWEN_UI_HOME)")
+    parser.add_argument("--tenants-file", type=Path, default=None, help="tenants file path")
+    commands = parser.add_subparsers(dest="tenants_command", required=True)
+    _add_oss_parser(commands)
+    add_local = commands.add_parser("add-local", help="add a user (and its local tenant)")
+    add_local.add_argument("tenant")
+    add_local.add_argument("user")
+    add_local.add_argument("--name", default="", help="tenant display name")
+    add_local.set_defaults(func=_wrap(add_local_user))
+    passwd = commands.add_parser("passwd", help="give a local user a new generated password")
+    passwd.add_argument("tenant")
+    passwd.add_argument("user")
+    passwd.set_defaults(func=_wrap(change_password))
+    listing = commands.add_parser("list", help="list tenants, users and token ids")
+    listing.set_defaults(func=_wrap(list_tenants))
+    token = commands.add_parser("token", help="create an API token (printed once)")
+    token.add_argument("tenant")
+    token.add_argument("--label", default="", help="what the token is for")
+    token.set_defaults(func=_wrap(create_token))
+    revoke = commands.add_parser("revoke-token", help="revoke an API token by its id")
+    revoke.add_argument("tenant")
+    revoke.add_argument("token_id")
+    revoke.set_defaults(func=_wrap(remove_token))
+
+
+def _add_oss_parser(commands: Any) -> None:
+    add_oss = commands.add_parser(
+        "add-oss", help="add or update a tenant that logs in with OSS keys"
+    )
+    add_oss.add_argument("tenant")
+    add_oss.add_argument("--name", default="")
+    add_oss.add_argument("--region", required=True, help="e.g. cn-hangzhou")
+    add_oss.add_argument("--endpoint", required=True, help="https://oss-<region>.aliyuncs.com")
+    add_oss.add_argument("--bucket", required=True)
+    add_oss.add_argument("--prefix", required=True, help="the tenant's folder, ending in /")
+    add_oss.add_argument(
+        "--allow-key-id",
+        action="append",
+        default=[],
+        help="allowed AccessKey id (repeatable; "
+        "'STS.*' allows temporary keys); none given: any key that can list the prefix",
+    )
+    add_oss.add_argument("--concurrent-requests", type=int, default=2)
+    add_oss.add_argument("--questions-per-day", type=int, default=1000)
+    add_oss.set_defaults(func=_wrap(add_oss_tenant))
+
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def _wrap(command: Command) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        overrides: dict[str, Any] = {}
+        if args.home is not None:
+            overrides["home"] = args.home
+        if args.tenants_file is not None:
+            overrides["tenants_file"] = args.tenants_file
+        return command(args, Settings(**overrides))
+
+    return run
+
+
+def _load(settings: Settings) -> TenantsFile:
+    return tenants_file.load(settings.tenants_path, settings.allow_insecure_oss_endpoints)
+
+
+def _save(settings: Settings, tenants: TenantsFile) -> None:
+    try:
+        tenants_file.check_endpoints(tenants, settings.allow_insecure_oss_endpoints)
+    except ValueError as exc:
+        raise TenantsFileError(path=str(settings.tenants_path), problem=str(exc)) from exc
+    tenants_file.save(settings.tenants_path, tenants)
+
+
+def _tenant(tenants: TenantsFile, settings: Settings, tenant_id: str) -> Tenant:
+    tenant = tenants.tenants.get(tenant_id)
+    if tenant is None:
+        raise TenantsFileError(path=str(settings.tenants_path), problem=f"no tenant {tenant_id!r}")
+    return tenant
+
+
+def _validated(settings: Settings, **fields: Any) -> Tenant:
+    try:
+        return Tenant.model_validate(fields)
+    except ValueError as exc:
+        raise TenantsFileError(path=str(settings.tenants_path), problem=_first_error(exc)) from exc
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return ".".join(str(p) for p in first["loc"]) + ": " + str(first["msg"])
+    return str(exc)
+
+
+def add_oss_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    old = tenants.tenants.get(args.tenant)
+    try:
+        oss = OSSConfig(
+            region=args.region,
+            endpoint=args.endpoint,
+            bucket=args.bucket,
+            prefix=args.prefix,
+            allowed_key_ids=args.allow_key_id,
+        )
+        limits = Limits(
+            concurrent_requests=args.concurrent_requests, questions_per_day=args.questions_per_day
+        )
+    except ValueError as exc:
+        raise TenantsFileError(path=str(settings.tenants_path), problem=_first_error(exc)) from exc
+    tenant = _validated(
+        settings,
+        id=args.tenant,
+        name=args.name,
+        kind="oss",
+        oss=oss,
+        limits=limits,
+        tokens=old.tokens if old else [],
+    )
+    _save(settings, tenants_file.with_tenant(tenants, tenant))
+    print(f"tenant {tenant.id}: OSS {oss.endpoint} bucket {oss.bucket} prefix {oss.prefix!r}")
+    return 0
+
+
+def add_local_user(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    old = tenants.tenants.get(args.tenant)
+    if old is not None and old.kind != "local":
+        raise TenantsFileError(
+            path=str(settings.tenants_path), problem=f"{old.id} is an OSS tenant"
+        )
+    if old is not None and args.user in old.users:
+        raise TenantsFileError(
+            path=str(settings.tenants_path),
+            problem=f"{args.user} exists; use: qwen-ui tenants passwd {old.id} {args.user}",
+        )
+    password = generate_password()
+    users = {**(old.users if old else {}), args.user: hash_password(password)}
+    base = old.model_dump() if old else {"id": args.tenant, "name": args.name, "kind": "local"}
+    tenant = _validated(settings, **{**base, "users": users})
+    _save(settings, tenants_file.with_tenant(tenants, tenant))
+    print(f"tenant {tenant.id}, user {args.user}, password (shown once): {password}")
+    return 0
+
+
+def change_password(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    tenant = _tenant(tenants, settings, args.tenant)
+    if args.user not in tenant.users:
+        raise TenantsFileError(path=str(settings.tenants_path), problem=f"no user {args.user!r}")
+    password = generate_password()
+    users = {**tenant.users, args.user: hash_password(password)}
+    _save(settings, tenants_file.with_tenant(tenants, tenant.model_copy(update={"users": users})))
+    print(f"tenant {tenant.id}, user {args.user}, new password (shown once): {password}")
+    return 0
+
+
+def list_tenants(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    if not tenants.tenants:
+        print(f"no tenants in {settings.tenants_path}")
+    for tenant in tenants.tenants.values():
+        if tenant.oss is not None:
+            where = f"oss {tenant.oss.bucket}/{tenant.oss.prefix} ({tenant.oss.region})"
+        else:
+            where = "local users: " + (", ".join(sorted(tenant.users)) or "none")
+        tokens = ", ".join(record.id for record in tenant.tokens) or "none"
+        print(f"{tenant.id}\t{tenant.display_name}\t{where}\ttokens: {tokens}")
+    return 0
+
+
+def create_token(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    tenant = _tenant(tenants, settings, args.tenant)
+    token, record = new_token(args.label)
+    _save(settings, tenants_file.with_tenant(tenants, add_token(tenant, record)))
+    print(f"tenant {tenant.id}, token id {record.id} (shown once):\n{token}")
+    return 0
+
+
+def remove_token(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    tenant = _tenant(tenants, settings, args.tenant)
+    updated = revoke_token(tenant, args.token_id)
+    if updated is None:
+        raise TenantsFileError(
+            path=str(settings.tenants_path), problem=f"no token {args.token_id!r}"
+        )
+    _save(settings, tenants_file.with_tenant(tenants, updated))
+    print(f"tenant {tenant.id}: token {args.token_id} revoked")
+    return 0
+
+
+def first_run_demo_tenant(settings: Settings) -> None:
+    """Called by ``qwen-ui serve``: with no tenants file, create the demo tenant and print
+    its password once."""
+    password = ensure_demo_tenant(settings)
+    if password is not None:
+        print(
+            f"First run: created tenant {DEMO_TENANT!r} in {settings.tenants_path}.\n"
+            f"Log in with tenant {DEMO_TENANT}, user {DEMO_USER}, password (shown once): "
+            f"{password}",
+            flush=True,
+        )

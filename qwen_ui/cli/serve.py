@@ -56,10 +56,12 @@ def configure_logging(level: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from qwen_ui.cli.tenants import first_run_demo_tenant
     from qwen_ui.server import create_app
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)
+    first_run_demo_tenant(settings)
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, proxy_headers=False,
                 log_level=settings.log_level, timeout_graceful_shutdown=10)

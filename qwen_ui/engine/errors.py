@@ -47,8 +47,8 @@ class ImageTooLarge(PayloadTooLarge):
 
 class ImageTooManyPixels(PayloadTooLarge):
     code = "image_too_many_pixels"
-    en = "Image {index} is {width}×{height} pixels; the limit is {limit} pixels per image."
-    zh = "第 {index} 张图片为 {width}×{height} 像素，每张图片上限为 {limit} 像素。"
+    en = "Image {index} has {pixels} pixels; the limit is {limit} pixels per image."
+    zh = "第 {index} 张图片有 {pixels} 像素，每张图片上限为 {limit} 像素。"
 
 
 class TooManyImages(BadRequest):

@@ -59,8 +59,9 @@ class Stage(Event):
 
     @classmethod
     def at(cls, stage: StageName, index: int = 0, total: int = 0, **kw: Any) -> Stage:
+        """The stage as it starts (image ``index`` of ``total``, 1-based)."""
         start, end = _SPANS[stage]
-        fraction = index / total if total else 1.0
+        fraction = (index - 1) / total if total else 0.0
         return cls(stage, index, total, progress=round(start + (end - start) * fraction, 4), **kw)
 
     def label(self, lang: str = "en") -> str:

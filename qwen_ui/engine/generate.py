@@ -85,7 +85,7 @@ class Generation:
         if self.prompt.image_features:
             pooled = tuple(f.to(self.device) for f in self.prompt.image_features)
             kwargs["mm_encoder_outputs"] = {
-                "image": BaseModelOutputWithPooling(pooler_output=pooled)
+                "image": BaseModelOutputWithPooling(pooler_output=pooled)  # type: ignore[arg-type]
             }
             kwargs["image_grid_thw"] = self.prompt.image_grid_thw
             kwargs["mm_token_type_ids"] = self.prompt.mm_token_type_ids

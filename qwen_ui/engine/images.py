@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,10 +87,10 @@ def decode_all(blobs: Sequence[bytes], limits: ImageLimits) -> list[CheckedImage
 def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:
     try:
         image = Image.open(io.BytesIO(data), formats=None)
-    except Image.DecompressionBombError as exc:
-        raise ImageTooManyPixels(
-            index=index, width="?", height="?", limit=limits.max_pixels
-        ) from exc
+    except Image.DecompressionBombError as exc:  # PIL's own guard, from the header too
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = found.group(1) if found else f"> {limits.max_pixels}"
+        raise ImageTooManyPixels(index=index, pixels=pixels, limit=limits.max_pixels) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise ImageUnsupported(index=index, found=_sniff(data)) from exc
     if image.format not in FORMATS:
@@ -98,7 +99,7 @@ def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:
     if width <= 0 or height <= 0:
         raise ImageUnreadable(index=index)
     if width * height > limits.max_pixels:
-        raise ImageTooManyPixels(index=index, width=width, height=height, limit=limits.max_pixels)
+        raise ImageTooManyPixels(index=index, pixels=f"{width}×{height}", limit=limits.max_pixels)
     return image
 
 

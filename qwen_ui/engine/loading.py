@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 from torch import nn
-from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedModel
+from transformers import AutoConfig, AutoModelForImageTextToText
 
 from qwen_ui.engine.awq import Int4Linear, awq_settings, dequantize_awq
 from qwen_ui.engine.errors import UnsupportedModel
@@ -33,12 +33,13 @@ RENAMES = (("visual.", "model.visual."), ("model.", "model.language_model."))
 VISION_PREFIX = "model.visual."
 
 
-def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
+def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     try:
         awq = awq_settings(config)
     except ValueError as exc:
         raise UnsupportedModel(reason=str(exc)) from exc
+    model: Any
     if awq is None:
         model = AutoModelForImageTextToText.from_pretrained(
             path, dtype=dtype, local_files_only=True
@@ -56,11 +57,13 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> PreTrain
 
 def load_awq_model(
     path: Path, config: Any, group: int, device: torch.device, dtype: torch.dtype
-) -> PreTrainedModel:
+) -> Any:
     plain = copy.deepcopy(config)
     del plain.quantization_config
     with torch.device("meta"):
-        model = AutoModelForImageTextToText.from_config(plain, dtype=dtype)
+        model: Any = AutoModelForImageTextToText.from_config(  # type: ignore[no-untyped-call]
+            plain, dtype=dtype
+        )
     tensors = dict(_read_tensors(path))
     names = _target_names(model)
     quantized = _quantized_modules(tensors, names)
@@ -173,7 +176,7 @@ def _quantized_layer(
     return Int4Linear.from_awq(qweight, qzeros, scales, bias, group, device, dtype)
 
 
-def _finish(model: PreTrainedModel, loaded: set[str]) -> None:
+def _finish(model: Any, loaded: set[str]) -> None:
     """Recompute non-persistent buffers (rotary tables), tie embeddings, check completeness."""
     for module in model.modules():
         if "RotaryEmbedding" in type(module).__name__:

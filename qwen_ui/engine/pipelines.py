@@ -237,7 +237,9 @@ class Pipelines:
             os.environ[name] = "1"
         snapshot = self.snapshot()
         device = pick_device(self.spec.device)
-        processor = AutoProcessor.from_pretrained(snapshot.path, local_files_only=True)
+        processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+            snapshot.path, local_files_only=True
+        )
         model = load_model(Path(snapshot.path), device, compute_dtype(device))
         return Loaded(
             VisionPipeline(processor, model, self.spec),

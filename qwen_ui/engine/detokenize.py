@@ -1,0 +1,34 @@
+"""Incremental detokenization: text deltas as tokens arrive, never half a character."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+Decode = Callable[[Sequence[int]], str]
+
+
+class TextStream:
+    """Turns a token stream into text deltas.
+
+    Decodes a short window (from ``prefix`` to the end) rather than the whole answer, so the
+    cost per token stays flat; holds text back while it ends in an incomplete UTF-8
+    sequence (U+FFFD), exactly like transformers' streamers.
+    """
+
+    def __init__(self, decode: Decode) -> None:
+        self._decode = decode
+        self.tokens: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def push(self, token: int) -> str:
+        self.tokens.append(token)
+        before = self._decode(self.tokens[self._prefix : self._read])
+        after = self._decode(self.tokens[self._prefix :])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self.tokens)
+            return after[len(before) :]
+        return ""
+
+    def text(self) -> str:
+        return self._decode(self.tokens)

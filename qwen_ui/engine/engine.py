@@ -1,0 +1,422 @@
+"""``Engine.ask(request) -> AsyncIterator[Event]``: images in, stage events and tokens out.
+
+The asyncio side checks the input, decodes images (in threads), looks embeddings up in the
+cache and enters the admission seam; the worker thread loads the model when needed,
+encodes cache misses, builds the prompt and generates. Closing the iterator (a client that
+went away) cancels the job: the worker stops within one decoding step and drops the
+request's KV cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from PIL import Image
+from prometheus_client import CollectorRegistry
+
+from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
+from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
+from qwen_ui.engine.detokenize import TextStream
+from qwen_ui.engine.errors import AnswerFailed, BadOption, NoQuestion, QuestionTooLong
+from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
+from qwen_ui.engine.generate import Generation, Outcome, SamplingOptions, run
+from qwen_ui.engine.metrics import EngineMetrics
+from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.engine.worker import Job, Worker
+from qwen_ui.errors import QwenUIError
+from qwen_ui.settings import Settings
+from qwen_ui.state import State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AskOptions:
+    """Per-request generation options; None takes the server default."""
+
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class AskRequest:
+    tenant: str
+    question: str
+    images: Sequence[bytes] = ()
+    conversation_id: str | None = None
+    options: AskOptions = AskOptions()
+    lang: str = "en"
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass(frozen=True)
+class PromptImage:
+    """An image of the prompt: its cache key, and either its embedding or its pixels."""
+
+    key: CacheKey
+    embedding: Embedding | None
+    image: Image.Image | None
+    tier: str  # "memory", "redis" or "miss"
+
+
+@dataclass(frozen=True)
+class Plan:
+    turns: list[Turn]
+    images: list[PromptImage]
+    sampling: SamplingOptions
+    started: float
+
+
+@dataclass
+class WorkResult:
+    answer: str
+    outcome: Outcome
+    prompt_tokens: int
+    new_embeddings: list[tuple[CacheKey, Embedding]]
+    timings: dict[str, float]
+
+
+# (request, decoded images, report-queue-position) -> async context manager around GPU work
+Admission = Callable[
+    [AskRequest, Sequence[image_checks.CheckedImage], Callable[[int], None]],
+    AbstractAsyncContextManager[Any],
+]
+
+
+def no_admission(
+    request: AskRequest,
+    images: Sequence[image_checks.CheckedImage],
+    report: Callable[[int], None],
+) -> AbstractAsyncContextManager[Any]:
+    return nullcontext()
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        store: StoreLike,
+        state: State,
+        status: EngineStatus | None = None,
+        registry: CollectorRegistry | None = None,
+        admission: Admission | None = None,
+    ) -> None:
+        self.settings = settings
+        self.status = status or EngineStatus()
+        spec = ModelSpec(
+            settings.model_id,
+            settings.model_revision,
+            settings.device,
+            settings.min_pixels,
+            settings.max_pixels,
+        )
+        self.pipelines = Pipelines(store, spec, self.status)
+        self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
+        self.conversations = ConversationStore(state, settings.conversation_ttl_s)
+        self.metrics = EngineMetrics(registry)
+        self.admission: Admission = admission or no_admission
+        self.limits = image_checks.ImageLimits(
+            settings.max_image_bytes, settings.max_images, settings.max_image_pixels
+        )
+        self.worker = Worker()
+        image_checks.raise_pil_guard(settings.max_image_pixels)
+
+    # --- life cycle --------------------------------------------------------------------
+    def start(self) -> None:
+        self.worker.start()
+
+    async def preload(self) -> None:
+        """Load both pipelines now (``QWEN_UI_PRELOAD=1``); failures land in the status."""
+        job = self.worker.submit(lambda _job: self.pipelines.load())
+        try:
+            async for _ in job.events():
+                pass
+        except QwenUIError as exc:
+            log.error("preload failed: %s", exc.message("en"))
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.worker.stop)
+
+    # --- the one call ------------------------------------------------------------------
+    async def ask(self, request: AskRequest) -> AsyncIterator[Event]:
+        """Stage events, token deltas, then ``Done`` or ``Failed``; never raises a
+        QwenUIError (it becomes ``Failed``). Closing the iterator cancels the work."""
+        job: Job[WorkResult] | None = None
+        outcome = "failed"
+        try:
+            start = time.perf_counter()
+            sampling = self._sampling(request.options)
+            question = self._question(request.question)
+            conversation = await self._conversation(request)
+            checked: list[image_checks.CheckedImage] = []
+            async for event in self._decode(request.images, checked):
+                yield event
+            plan = await self._plan(request, question, conversation, checked, sampling, start)
+            events: asyncio.Queue[Event] = asyncio.Queue()
+            admission = self.admission(
+                request, checked, lambda ahead: events.put_nowait(Stage("queued", ahead=ahead))
+            )
+            async with _Entered(admission, events) as waiting:
+                async for event in waiting:
+                    yield event
+                job = self.worker.submit(lambda j: self._work(j, plan))
+                async for event in job.events():
+                    yield event
+            result = job.result
+            outcome = "cancelled" if result.outcome.finish_reason == "cancelled" else "done"
+            done = await self._finish(request, conversation, checked, plan, result)
+            yield done
+        except QwenUIError as exc:
+            log.info("request %s failed: %s", request.request_id, exc.code)
+            yield Failed.of(exc, request.lang)
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = "cancelled"
+            raise
+        except Exception:
+            log.exception("request %s failed", request.request_id)
+            yield Failed.of(AnswerFailed(), request.lang)
+        finally:
+            if job is not None:
+                job.cancel()
+            self.metrics.requests.labels(outcome).inc()
+
+    # --- asyncio-side steps -------------------------------------------------------------
+    def _sampling(self, options: AskOptions) -> SamplingOptions:
+        s = self.settings
+        limit = s.max_new_tokens_limit
+        max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
+        temperature = s.temperature if options.temperature is None else options.temperature
+        top_p = s.top_p if options.top_p is None else options.top_p
+        if not 1 <= max_new <= limit:
+            raise BadOption(name="max_new_tokens", low=1, high=limit)
+        if not 0.0 <= temperature <= 2.0:
+            raise BadOption(name="temperature", low=0, high=2)
+        if not 0.0 < top_p <= 1.0:
+            raise BadOption(name="top_p", low=0, high=1)
+        return SamplingOptions(max_new, temperature, top_p, options.seed)
+
+    def _question(self, question: str) -> str:
+        text = question.strip()
+        if not text:
+            raise NoQuestion()
+        if len(text) > self.settings.max_question_chars:
+            raise QuestionTooLong(count=len(text), limit=self.settings.max_question_chars)
+        return text
+
+    async def _conversation(self, request: AskRequest) -> Conversation:
+        if request.conversation_id:
+            return await self.conversations.get(request.tenant, request.conversation_id)
+        return Conversation(new_id(), request.tenant)
+
+    async def _decode(
+        self, blobs: Sequence[bytes], out: list[image_checks.CheckedImage]
+    ) -> AsyncIterator[Event]:
+        image_checks.check_count(len(blobs), self.limits)
+        for i, data in enumerate(blobs):
+            image_checks.check_bytes(data, i + 1, self.limits)
+        start = time.perf_counter()
+        for i, data in enumerate(blobs):
+            yield Stage.at("decoding", i + 1, len(blobs))
+            out.append(await asyncio.to_thread(image_checks.decode, data, i + 1, self.limits))
+        if blobs:
+            self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
+        self.metrics.images.observe(len(blobs))
+
+    async def _plan(
+        self,
+        request: AskRequest,
+        question: str,
+        conversation: Conversation,
+        checked: Sequence[image_checks.CheckedImage],
+        sampling: SamplingOptions,
+        started: float,
+    ) -> Plan:
+        history = self._history_window(conversation, len(checked))
+        snapshot = await asyncio.to_thread(self.pipelines.snapshot)
+        settings_key = self._processor_key()
+        prompt_images: list[PromptImage] = []
+        for turn in history:
+            for sha in turn.images:
+                prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+        for image in checked:
+            key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
+            embedding, tier = await self.cache.fetch(key)
+            prompt_images.append(PromptImage(key, embedding, image.image, tier))
+        for item in prompt_images:
+            self.metrics.cache.labels(item.tier).inc()
+        turns = [Turn(t.question, len(t.images), t.answer) for t in history]
+        turns.append(Turn(question, len(checked)))
+        return Plan(turns, prompt_images, sampling, started)
+
+    def _processor_key(self) -> str:
+        s = self.settings
+        return f"min={s.min_pixels},max={s.max_pixels}"
+
+    def _history_window(self, conversation: Conversation, new_images: int) -> list[StoredTurn]:
+        """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
+        budget = self.settings.max_images - new_images
+        kept: list[StoredTurn] = []
+        for turn in reversed(conversation.turns):
+            if len(turn.images) > budget:
+                break
+            budget -= len(turn.images)
+            kept.append(turn)
+        return list(reversed(kept))
+
+    async def _history_image(self, tenant: str, sha: str, snapshot_id: str) -> PromptImage:
+        key = CacheKey(tenant, sha, self._processor_key(), snapshot_id)
+        embedding, tier = await self.cache.fetch(key)
+        if embedding is not None:
+            return PromptImage(key, embedding, None, tier)
+        data = await self.conversations.image(tenant, sha)
+        checked = await asyncio.to_thread(image_checks.decode, data, 1, self.limits)
+        return PromptImage(key, None, checked.image, "miss")
+
+    async def _finish(
+        self,
+        request: AskRequest,
+        conversation: Conversation,
+        checked: Sequence[image_checks.CheckedImage],
+        plan: Plan,
+        result: WorkResult,
+    ) -> Event:
+        for key, embedding in result.new_embeddings:
+            await self.cache.put_remote(key, embedding)
+        if result.outcome.finish_reason == "cancelled":
+            return Failed.of(AnswerFailed(), request.lang)
+        turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
+        blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
+        await self.conversations.append(conversation, turn, blobs)
+        self.status.record_answer()
+        self._observe(result)
+        hits = sum(1 for item in plan.images if item.tier != "miss")
+        reason: Literal["stop", "length"] = (
+            "length" if result.outcome.finish_reason == "length" else "stop"
+        )
+        result.timings["total"] = round(time.perf_counter() - plan.started, 4)
+        return Done(
+            answer=result.answer,
+            conversation_id=conversation.id,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=len(result.outcome.tokens),
+            images=len(checked),
+            cache_hits=hits,
+            finish_reason=reason,
+            timings=result.timings,
+        )
+
+    def _observe(self, result: WorkResult) -> None:
+        t = result.timings
+        for stage in ("loading_model", "encoding", "prefill", "decode"):
+            if stage in t:
+                self.metrics.stage.labels(stage).observe(t[stage])
+        if "ttft" in t:
+            self.metrics.ttft.observe(t["ttft"])
+        n = len(result.outcome.tokens)
+        self.metrics.tokens.inc(n)
+        if n > 1 and t.get("decode", 0) > 0:
+            self.metrics.tokens_per_second.observe((n - 1) / t["decode"])
+
+    # --- worker-side work ---------------------------------------------------------------
+    def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
+        timings: dict[str, float] = {}
+        if not self.pipelines.is_loaded:
+            job.emit(Stage.at("loading_model"))
+            t0 = time.perf_counter()
+            self.pipelines.load()
+            timings["loading_model"] = round(time.perf_counter() - t0, 4)
+        encoded = self._encode(job, plan, timings)
+        if encoded is None:
+            return WorkResult("", Outcome([], "cancelled"), 0, [], timings)
+        embeddings, fresh = encoded
+        language = self.pipelines.language()
+        prompt = language.build_prompt(plan.turns, embeddings)
+        job.emit(Stage.at("answering"))
+        generation = Generation(language.model, prompt, plan.sampling)
+        stream = TextStream(language.decode)
+        t0 = time.perf_counter()
+        first: list[float] = []
+
+        def on_token(token: int) -> None:
+            if not first:
+                first.append(time.perf_counter())
+            text = stream.push(token)
+            count = len(stream.tokens)
+            job.emit(Token(text, count, answering_progress(count, plan.sampling.max_new_tokens)))
+
+        outcome = run(generation, language.stop_ids, on_token, job.cancelled)
+        end = time.perf_counter()
+        if first:
+            timings["prefill"] = round(first[0] - t0, 4)
+            timings["decode"] = round(end - first[0], 4)
+            timings["ttft"] = round(first[0] - plan.started, 4)
+        return WorkResult(stream.text(), outcome, prompt.length, fresh, timings)
+
+    def _encode(
+        self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]
+    ) -> tuple[list[Embedding], list[tuple[CacheKey, Embedding]]] | None:
+        vision = self.pipelines.vision()
+        embeddings: list[Embedding] = []
+        fresh: list[tuple[CacheKey, Embedding]] = []
+        t0 = time.perf_counter()
+        total = len(plan.images)
+        for i, item in enumerate(plan.images):
+            job.emit(Stage.at("encoding", i + 1, total, cached=item.embedding is not None))
+            embedding = item.embedding
+            if embedding is None:
+                assert item.image is not None
+                embedding = vision.encode(item.image)
+                self.cache.put_memory(item.key, embedding)
+                fresh.append((item.key, embedding))
+            embeddings.append(embedding)
+            if job.cancelled():
+                return None
+        if total:
+            timings["encoding"] = round(time.perf_counter() - t0, 4)
+        return embeddings, fresh
+
+
+class _Entered:
+    """Enter an admission context while relaying its queue-position events."""
+
+    def __init__(self, manager: AbstractAsyncContextManager[Any], events: asyncio.Queue[Event]):
+        self.manager = manager
+        self.events = events
+        self.entered = False
+
+    async def __aenter__(self) -> AsyncIterator[Event]:
+        return self._wait()
+
+    async def _wait(self) -> AsyncIterator[Event]:
+        entering = asyncio.ensure_future(self.manager.__aenter__())
+        try:
+            while not entering.done():
+                getter = asyncio.ensure_future(self.events.get())
+                await asyncio.wait({entering, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            entering.result()
+            self.entered = True
+            while not self.events.empty():
+                yield self.events.get_nowait()
+        except BaseException:
+            entering.cancel()
+            raise
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        if not self.entered:
+            return None
+        return await self.manager.__aexit__(*exc)

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from PIL import Image
+
+from qwen_ui.engine.detokenize import TextStream
+from qwen_ui.engine.generate import Generation, SamplingOptions, run
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn, messages
+from qwen_ui.engine.status import EngineState, EngineStatus
+from qwen_ui.store import ModelStore
+from tests.engine.conftest import TINY_ID
+
+SIZE = {"shortest_edge": 3136, "longest_edge": 112 * 112}
+
+
+@pytest.fixture(scope="module", params=["bf16", "awq"])
+def loaded(request: pytest.FixtureRequest, tiny_store: ModelStore) -> Loaded:
+    spec = ModelSpec(TINY_ID, request.param, "cpu", 3136, 112 * 112)
+    status = EngineStatus()
+    pipelines = Pipelines(tiny_store, spec, status)
+    result = pipelines.load()
+    assert status.state is EngineState.READY
+    return result
+
+
+def scenes() -> list[Image.Image]:
+    return [
+        Image.new("RGB", (100, 80), (255, 0, 0)),
+        Image.new("RGB", (60, 120), (0, 0, 255)),
+        Image.effect_noise((90, 90), 60).convert("RGB"),
+    ]
+
+
+def ours(loaded: Loaded, turns: list[Turn], images: list[Image.Image], **opts: Any) -> list[int]:
+    embeddings = [loaded.vision.encode(img) for img in images]
+    prompt = loaded.language.build_prompt(turns, embeddings)
+    tokens: list[int] = []
+    options = SamplingOptions(opts.pop("max_new_tokens", 24), **opts)
+    run(
+        Generation(loaded.language.model, prompt, options),
+        loaded.language.stop_ids,
+        tokens.append,
+        lambda: False,
+    )
+    return tokens
+
+
+def hf_generate(loaded: Loaded, turns: list[Turn], images: list[Image.Image]) -> list[int]:
+    processor = loaded.language.processor
+    text = processor.apply_chat_template(
+        messages(turns), tokenize=False, add_generation_prompt=True
+    )
+    inputs = processor(
+        text=[text], images=images, return_tensors="pt", images_kwargs={"size": SIZE}
+    )
+    out = loaded.language.model.generate(**inputs, max_new_tokens=24, do_sample=False)
+    return [
+        int(t)
+        for t in out[0, inputs["input_ids"].shape[1] :]
+        if int(t) not in loaded.language.stop_ids
+    ]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_greedy_tokens_match_hf_generate(loaded: Loaded, count: int) -> None:
+    images = scenes()[:count]
+    turns = [Turn("What shape is in the picture?", count)]
+    assert ours(loaded, turns, images) == hf_generate(loaded, turns, images)
+
+
+def test_history_prompt_matches_hf_generate(loaded: Loaded) -> None:
+    images = scenes()
+    turns = [Turn("How many squares are there?", 2, "three"), Turn("Which picture?", 1)]
+    assert ours(loaded, turns, images) == hf_generate(loaded, turns, images)
+
+
+def test_shared_rope_deltas_are_neither_read_nor_written(loaded: Loaded) -> None:
+    model = loaded.language.model
+    turns = [Turn("Describe the image.", 1)]
+    expected = ours(loaded, turns, scenes()[:1])
+    sentinel = torch.tensor([[12345]])
+    model.model.rope_deltas = sentinel
+    assert ours(loaded, turns, scenes()[:1]) == expected
+    assert model.model.rope_deltas is sentinel
+    model.model.rope_deltas = None
+
+
+def test_sampling_is_reproducible_with_a_seed(loaded: Loaded) -> None:
+    turns = [Turn("Describe the image.", 1)]
+    img = scenes()[:1]
+    a = ours(loaded, turns, img, temperature=1.5, top_p=0.9, seed=7)
+    b = ours(loaded, turns, img, temperature=1.5, top_p=0.9, seed=7)
+    assert a == b and len(a) > 0
+
+
+def test_cancellation_stops_within_one_step(loaded: Loaded) -> None:
+    embeddings = [loaded.vision.encode(scenes()[0])]
+    prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
+    generation = Generation(loaded.language.model, prompt, SamplingOptions(50))
+    tokens: list[int] = []
+    outcome = run(generation, [], tokens.append, lambda: len(tokens) >= 3)
+    assert outcome.finish_reason == "cancelled"
+    assert len(tokens) == 3
+    assert generation.cache is None  # the request's KV cache is released
+
+
+def test_token_cap_ends_with_length(loaded: Loaded) -> None:
+    embeddings = [loaded.vision.encode(scenes()[0])]
+    prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
+    tokens: list[int] = []
+    outcome = run(
+        Generation(loaded.language.model, prompt, SamplingOptions(5)),
+        [],
+        tokens.append,
+        lambda: False,
+    )
+    assert outcome.finish_reason == "length" and len(tokens) == 5
+
+
+def test_text_stream_never_splits_characters(loaded: Loaded) -> None:
+    tokenizer = loaded.language.tokenizer
+    text = "图片里有什么形状？一个红色的圆。 Three blue squares."
+    ids = tokenizer(text)["input_ids"]
+    stream = TextStream(loaded.language.decode)
+    deltas = [stream.push(i) for i in ids]
+    assert "".join(deltas) == text == stream.text()
+    assert all("\ufffd" not in d for d in deltas)

@@ -32,11 +32,17 @@ def _add_flag(parser: argparse.ArgumentParser, row: dict[str, Any]) -> None:
     help_text = f"{text} [{'; '.join(extra)}]".replace("%", "%%")
     dest = row["name"]
     if row["type"] == "bool":
-        parser.add_argument(row["flag"], dest=dest, action=argparse.BooleanOptionalAction,
-                            default=None, help=help_text)
+        parser.add_argument(
+            row["flag"],
+            dest=dest,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=help_text,
+        )
     else:
-        parser.add_argument(row["flag"], dest=dest, default=None, metavar=row["name"].upper(),
-                            help=help_text)
+        parser.add_argument(
+            row["flag"], dest=dest, default=None, metavar=row["name"].upper(), help=help_text
+        )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -56,13 +62,25 @@ def configure_logging(level: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from qwen_ui.boot import DeferredApp
     from qwen_ui.cli.tenants import first_run_demo_tenant
-    from qwen_ui.server import create_app
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)
     first_run_demo_tenant(settings)
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, proxy_headers=False,
-                log_level=settings.log_level, timeout_graceful_shutdown=10)
+    uvicorn.run(
+        DeferredApp(settings, lambda: _build_app(settings)),
+        host=settings.host,
+        port=settings.port,
+        proxy_headers=False,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=10,
+    )
     return 0
+
+
+def _build_app(settings: Settings) -> Any:
+    """Runs in a worker thread while /healthz already answers (see qwen_ui.boot)."""
+    from qwen_ui.server import create_app
+
+    return create_app(settings)

@@ -14,6 +14,7 @@ from qwen_ui.settings import Settings
 from qwen_ui.web.i18n import negotiate
 from qwen_ui.web.theme import ThemeNotFound, load_theme
 from qwen_ui.web.ui import PAGE_TITLE, status_markdown
+from tests.support.auth import log_in
 
 
 def config(client: TestClient, path: str = "/config", **headers: str) -> dict[str, Any]:
@@ -38,6 +39,7 @@ def test_no_api_link_by_default_and_upload_limit(client: TestClient, settings: S
 
 def test_api_link_when_enabled(home: Path) -> None:
     with TestClient(create_app(Settings(home=home, show_api=True))) as client:
+        log_in(client)
         assert "api" in config(client)["footer_links"]
 
 
@@ -73,6 +75,7 @@ def test_proxy_scheme_from_trusted_peer_only(home: Path, trusted: str, scheme: s
 
 def test_mount_path_is_configurable(home: Path) -> None:
     with TestClient(create_app(Settings(home=home, ui_path="/ui"))) as client:
+        log_in(client)
         assert config(client, "/ui/config")["title"] == PAGE_TITLE
         assert client.get("/healthz").status_code == 200
 

@@ -1,0 +1,77 @@
+"""A real ``qwen-ui serve`` process on a free loopback port, and logging in through the
+real login form (as a browser would)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import free_port
+
+PASSWORD_LINE = re.compile(r"password \(shown once\): (\S+)")
+HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)"')
+
+
+class ServerProcess:
+    """``python -m qwen_ui.cli serve`` with QWEN_UI_HOME under ``home``."""
+
+    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = home / "server.log"
+        self._log = self.log_path.open("w")
+        full_env = {**os.environ, "QWEN_UI_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "qwen_ui.cli", "serve", "--port", str(self.port), *args],
+            env={**full_env, **(env or {})},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_for(self, path: str, status: int = 200, timeout: float = 60.0) -> float:
+        """Seconds from process start until ``path`` answered ``status``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.output()}")
+            try:
+                if httpx.get(self.url + path, timeout=1.0).status_code == status:
+                    return time.monotonic() - self.started
+            except httpx.TransportError:
+                pass
+            time.sleep(0.02)
+        raise TimeoutError(f"{path} never answered {status}:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def demo_password(self) -> str:
+        match = PASSWORD_LINE.search(self.output())
+        assert match, self.output()
+        return match.group(1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self._log.close()
+
+
+def log_in_with_form(client: httpx.Client, tenant: str, user: str, password: str) -> None:
+    """GET /login, then POST the form with its hidden CSRF fields, as a browser does."""
+    page = client.get("/login")
+    fields = dict(HIDDEN.findall(page.text))
+    form = {**fields, "tenant": tenant, "method": "local", "user": user, "password": password}
+    response = client.post("/login", data=form, headers={"Origin": str(client.base_url)})
+    assert response.status_code in (200, 303), response.text[:500]
+    assert "error" not in response.headers.get("location", ""), response.headers

@@ -30,5 +30,12 @@ class TextStream:
             return after[len(before) :]
         return ""
 
+    def flush(self) -> str:
+        """Whatever is still held back (an answer may end mid-character)."""
+        before = self._decode(self.tokens[self._prefix : self._read])
+        after = self._decode(self.tokens[self._prefix :])
+        self._prefix = self._read = len(self.tokens)
+        return after[len(before) :] if len(after) > len(before) else ""
+
     def text(self) -> str:
         return self._decode(self.tokens)

@@ -357,6 +357,9 @@ class Engine:
 
         outcome = run(generation, language.stop_ids, on_token, job.cancelled)
         end = time.perf_counter()
+        if rest := stream.flush():
+            count = len(stream.tokens)
+            job.emit(Token(rest, count, answering_progress(count, plan.sampling.max_new_tokens)))
         if first:
             timings["prefill"] = round(first[0] - t0, 4)
             timings["decode"] = round(end - first[0], 4)

@@ -14,12 +14,12 @@ from qwen_ui.errors import QwenUIError
 
 StageName = Literal["queued", "loading_model", "decoding", "encoding", "answering"]
 
-# Where each stage sits on the overall progress bar (start, end).
+# Where each stage sits on the overall progress bar (start, end), in the order they run.
 _SPANS: dict[str, tuple[float, float]] = {
-    "queued": (0.0, 0.0),
-    "loading_model": (0.0, 0.1),
-    "decoding": (0.1, 0.25),
-    "encoding": (0.25, 0.5),
+    "decoding": (0.0, 0.15),
+    "queued": (0.15, 0.15),
+    "loading_model": (0.15, 0.2),
+    "encoding": (0.2, 0.5),
     "answering": (0.5, 0.5),
 }
 

@@ -157,7 +157,7 @@ def _short(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}"
+        return f"{where}: {first['msg']}" if where else str(first["msg"])
     return str(exc)
 
 

@@ -114,7 +114,8 @@ def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
-        return ".".join(str(p) for p in first["loc"]) + ": " + str(first["msg"])
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else str(first["msg"])
     return str(exc)
 
 

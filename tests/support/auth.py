@@ -24,7 +24,9 @@ def test_password_hash() -> str:
 
 def local_tenant(tenant_id: str = "demo", users: tuple[str, ...] = ("demo",)) -> Tenant:
     return Tenant(
-        id=tenant_id, name=tenant_id.title(), kind="local",
+        id=tenant_id,
+        name=tenant_id.title(),
+        kind="local",
         users={user: test_password_hash() for user in users},
     )
 
@@ -38,14 +40,17 @@ def add_tenants(path: Path, *tenants: Tenant) -> None:
 
 def log_in(
     client: TestClient,
-    principal: Principal = Principal("demo", "demo"),
+    principal: Principal | None = None,
     credentials: OSSCredentials | None = None,
 ) -> str:
     """Open a session for ``principal`` (its tenant must exist) and set the cookie on the
     client; returns the session id. The login form itself is tested in tests/auth."""
     app = client.app
+    principal = principal or Principal("demo", "demo")
     if principal.method == "password" and app.state.auth.registry.get(principal.tenant) is None:  # type: ignore[attr-defined]
-        add_tenants(app.state.settings.tenants_path, local_tenant(principal.tenant, (principal.user,)))  # type: ignore[attr-defined]
+        add_tenants(
+            app.state.settings.tenants_path, local_tenant(principal.tenant, (principal.user,))
+        )  # type: ignore[attr-defined]
     sessions = app.state.auth.sessions  # type: ignore[attr-defined]
     session_id, _session = client.portal.call(sessions.create, principal, credentials)  # type: ignore[union-attr]
     https = str(client.base_url).startswith("https")

@@ -194,7 +194,9 @@ class FakeOSS:
         handler = type("Handler", (_Handler,), {"oss": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
         self._thread.start()
         return self
 
@@ -236,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _parse(self, method: str) -> Parsed:
         raw_path, _, raw_query = self.path.partition("?")
-        _, bucket, rest = (raw_path.split("/", 2) + ["", ""])[:3]
+        _, bucket, rest = [*raw_path.split("/", 2), "", ""][:3]
         headers = {k.lower(): v for k, v in self.headers.items()}
         query = parse_qsl(raw_query, keep_blank_values=True)
         return Parsed(method, unquote(bucket), unquote(rest), query, headers)

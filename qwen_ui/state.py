@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions
@@ -189,7 +191,7 @@ class RedisState(State):
     def _ms(ttl: float) -> int:
         return max(1, int(ttl * 1000))
 
-    async def _call(self, coro_fn, *args):  # type: ignore[no-untyped-def]
+    async def _call(self, coro_fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         try:
             return await coro_fn(*args)
         except _REDIS_DOWN as exc:

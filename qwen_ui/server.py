@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import gradio as gr
@@ -28,8 +29,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     app.state.state = open_state(settings.redis_url)
     app.state.auth = auth_setup.start(settings, app.state.state)
-    log.info("qwen-ui %s starting: model %s, state %s", __version__, settings.model_id,
-             app.state.state.kind)
+    log.info(
+        "qwen-ui %s starting: model %s, state %s",
+        __version__,
+        settings.model_id,
+        app.state.state.kind,
+    )
     try:
         yield
     finally:
@@ -39,8 +44,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     app = FastAPI(
-        title="qwen-ui", version=__version__, lifespan=lifespan,
-        docs_url=None, redoc_url=None, openapi_url=None, root_path=settings.root_path,
+        title="qwen-ui",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        root_path=settings.root_path,
     )
     _init_state(app, settings)
     errors.install(app)
@@ -64,11 +74,38 @@ def _init_state(app: FastAPI, settings: Settings) -> None:
 
 
 def _mount_ui(app: FastAPI, settings: Settings) -> None:
+    _inside_event_loop(lambda: _mount_gradio(app, settings))
+
+
+def _inside_event_loop(build: Callable[[], None]) -> None:
+    """Gradio makes (and leaks) a new event loop when built outside a running one; give
+    it a short-lived loop that ``asyncio.run`` closes."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+
+        async def run() -> None:
+            build()
+
+        asyncio.run(run())
+        return
+    build()
+
+
+def _mount_gradio(app: FastAPI, settings: Settings) -> None:
     theme = load_theme(settings.themes_dir, settings.theme)
-    footer: list = ["gradio", "settings"] + (["api"] if settings.show_api else [])
+    footer: list[str] = ["gradio", "settings"] + (["api"] if settings.show_api else [])
     gr.mount_gradio_app(
-        app, build_ui(app), path=settings.ui_path, auth_dependency=auth_setup.gradio_auth(app),
-        theme=theme.theme, css_paths=theme.css_paths, footer_links=footer,
-        max_file_size=settings.max_image_bytes, ssr_mode=False, pwa=False,
-        enable_monitoring=False, mcp_server=False,
+        app,
+        build_ui(app),
+        path=settings.ui_path,
+        auth_dependency=auth_setup.gradio_auth(app),
+        theme=theme.theme,
+        css_paths=theme.css_paths,
+        footer_links=footer,
+        max_file_size=settings.max_image_bytes,
+        ssr_mode=False,
+        pwa=False,
+        enable_monitoring=False,
+        mcp_server=False,
     )

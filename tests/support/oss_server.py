@@ -226,6 +226,8 @@ class Parsed:
 class _Handler(BaseHTTPRequestHandler):
     oss: FakeOSS
     protocol_version = "HTTP/1.1"
+    version: str
+    key_id: str
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
         return
@@ -246,18 +248,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         request_id = uuid.uuid4().hex[:24].upper()
         req = self._parse(method)
-        version, key_id = "none", ""
+        self.version, self.key_id = "none", ""
         try:
-            version, key_id, key = self._authenticate(req)
+            key = self._authenticate(req)
             body, headers = self._operate(req, key)
-            self.oss.record(Seen(method, self.path, version, key_id, "OK"))
+            self.oss.record(Seen(method, self.path, self.version, self.key_id, "OK"))
             self._reply(200, body, headers, request_id)
         except OSSFailure as failure:
-            self.oss.record(Seen(method, self.path, version, key_id, failure.code))
+            self.oss.record(Seen(method, self.path, self.version, self.key_id, failure.code))
             self._fail(failure, request_id, head=method == "HEAD")
 
     # --- authentication ---------------------------------------------------------------
-    def _authenticate(self, req: Parsed) -> tuple[str, str, Key]:
+    def _authenticate(self, req: Parsed) -> Key:
         auth = req.headers.get("authorization", "")
         if auth.startswith(V4_PREFIX):
             fields = dict(
@@ -265,15 +267,16 @@ class _Handler(BaseHTTPRequestHandler):
                 for part in auth[len(V4_PREFIX) :].split(",")
                 if "=" in part
             )
-            key_id = fields.get("Credential", "").split("/", 1)[0]
-            key = self._key(key_id, req)
+            self.version, self.key_id = "v4", fields.get("Credential", "").split("/", 1)[0]
+            key = self._key(self.key_id, req)
             self._check_v4(req, key, fields)
-            return "v4", key_id, key
+            return key
         if auth.startswith("OSS "):
-            key_id, _, signature = auth[4:].rpartition(":")
-            key = self._key(key_id, req)
+            self.key_id, _, signature = auth[4:].rpartition(":")
+            self.version = "v1"
+            key = self._key(self.key_id, req)
             self._check_v1(req, key, signature)
-            return "v1", key_id, key
+            return key
         raise OSSFailure(403, "AccessDenied", "You have no right to access this object.")
 
     def _key(self, key_id: str, req: Parsed) -> Key:

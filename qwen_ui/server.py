@@ -17,7 +17,7 @@ from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import Settings
 from qwen_ui.state import open_state
 from qwen_ui.store import ModelStore
-from qwen_ui.web import auth_setup, errors, health, metrics
+from qwen_ui.web import api, auth_setup, errors, health, metrics
 from qwen_ui.web.theme import load_theme
 from qwen_ui.web.ui import build_ui
 
@@ -29,6 +29,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     app.state.state = open_state(settings.redis_url)
     app.state.auth = auth_setup.start(settings, app.state.state)
+    await api.start_engine(app)
     log.info(
         "qwen-ui %s starting: model %s, state %s",
         __version__,
@@ -38,6 +39,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await api.stop_engine(app)
         await app.state.state.close()
 
 
@@ -56,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(health.router)
     app.include_router(metrics.router)
+    app.include_router(api.router)
     auth_setup.install(app, settings)
     app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
@@ -71,6 +74,7 @@ def _init_state(app: FastAPI, settings: Settings) -> None:
     app.state.store = ModelStore(settings.model_path)
     app.state.metrics = metrics.Metrics()
     app.state.metrics.watch_engine(lambda: app.state.engine_status)
+    api.init(app)
 
 
 def _mount_ui(app: FastAPI, settings: Settings) -> None:

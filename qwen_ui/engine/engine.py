@@ -13,13 +13,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from PIL import Image
-from prometheus_client import CollectorRegistry
 
 from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
@@ -109,7 +108,7 @@ class Engine:
         store: StoreLike,
         state: State,
         status: EngineStatus | None = None,
-        registry: CollectorRegistry | None = None,
+        metrics: EngineMetrics | None = None,
         admission: Admission | None = None,
     ) -> None:
         self.settings = settings
@@ -124,7 +123,7 @@ class Engine:
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
         self.conversations = ConversationStore(state, settings.conversation_ttl_s)
-        self.metrics = EngineMetrics(registry)
+        self.metrics = metrics or EngineMetrics()
         self.admission: Admission = admission or no_admission
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
@@ -149,7 +148,7 @@ class Engine:
         await asyncio.to_thread(self.worker.stop)
 
     # --- the one call ------------------------------------------------------------------
-    async def ask(self, request: AskRequest) -> AsyncIterator[Event]:
+    async def ask(self, request: AskRequest) -> AsyncGenerator[Event, None]:
         """Stage events, token deltas, then ``Done`` or ``Failed``; never raises a
         QwenUIError (it becomes ``Failed``). Closing the iterator cancels the work."""
         job: Job[WorkResult] | None = None

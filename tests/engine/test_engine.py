@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
+from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.status import EngineState, EngineStatus
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
@@ -254,7 +255,9 @@ async def test_admission_seam_is_entered_around_the_work(
 
 async def test_metrics_are_recorded(tmp_path: Path, tiny_store: ModelStore) -> None:
     registry = CollectorRegistry()
-    engine = Engine(tiny_settings(tmp_path), tiny_store, MemoryState(), registry=registry)
+    engine = Engine(
+        tiny_settings(tmp_path), tiny_store, MemoryState(), metrics=EngineMetrics(registry)
+    )
     engine.start()
     try:
         await collect(engine, ask(images=[png(), png((40, 40))]))

@@ -28,14 +28,16 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo.modelcfg import MERGE, PATCH
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class Encoder:
             input_ids=ids[None], mm_token_type_ids=mm[None], image_grid_thw=enc["image_grid_thw"]
         )
         labels = torch.full_like(ids, IGNORE)
-        labels[len(prompt_ids):] = ids[len(prompt_ids):]
+        labels[len(prompt_ids) :] = ids[len(prompt_ids) :]
         return {
             "input_ids": ids,
             "labels": labels,
@@ -133,6 +135,7 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "position_ids": pos,
         "pixel_u8": torch.cat([r["pixel_u8"] for r in rows]),
         "image_grid_thw": torch.cat([r["image_grid_thw"] for r in rows]),
+        "vision": vision_inputs(torch.cat([r["image_grid_thw"] for r in rows])),
         "kind": [r["kind"] for r in rows],
         "lang": [r["lang"] for r in rows],
     }
@@ -164,16 +167,71 @@ class SceneBatches(IterableDataset[Batch]):
 def held_out_batches(processor_dir: Path, n: int, batch_size: int) -> list[Batch]:
     encode = Encoder(processor_dir)
     items = scenes.held_out(n, seed=7)
-    return [collate([encode(s) for s in items[i:i + batch_size]])
-            for i in range(0, n, batch_size)]
+    return [
+        collate([encode(s) for s in items[i : i + batch_size]]) for i in range(0, n, batch_size)
+    ]
 
 
 # --- the training-only attention ------------------------------------------------------
 
 
-def padded_vision_attention(module: Any, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor,
-                            position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                            **_: Any) -> torch.Tensor:
+@dataclass(frozen=True)
+class Plan:
+    """Where each vision token goes in the padded [chunks, longest] layout."""
+
+    chunk: torch.Tensor
+    offset: torch.Tensor
+    keep: torch.Tensor
+    chunks: int
+    longest: int
+
+    @classmethod
+    def of(cls, cu_seqlens: torch.Tensor) -> Plan:
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        chunks, longest = lengths.shape[0], int(lengths.max())
+        chunk = torch.repeat_interleave(torch.arange(chunks), lengths)
+        offset = torch.arange(int(cu_seqlens[-1])) - cu_seqlens[chunk].long()
+        keep = torch.arange(longest)[None, :] < lengths[:, None]
+        return cls(chunk, offset, keep[:, None, None, :], chunks, longest)
+
+    def to(self, device: torch.device) -> Plan:
+        return Plan(
+            self.chunk.to(device, non_blocking=True),
+            self.offset.to(device, non_blocking=True),
+            self.keep.to(device, non_blocking=True),
+            self.chunks,
+            self.longest,
+        )
+
+
+def vision_inputs(grid_thw: torch.Tensor) -> dict[str, Any]:
+    """The vision tower's index tensors, precomputed on the CPU (in the data workers)."""
+    from transformers.vision_utils import (
+        get_vision_cu_seqlens,
+        get_vision_position_ids,
+        get_vision_window_index,
+    )
+
+    v = modelcfg.VISION
+    window_index, cu_window = get_vision_window_index(
+        grid_thw, spatial_merge_size=MERGE, window_size=v["window_size"], patch_size=PATCH
+    )
+    cu_seqlens = get_vision_cu_seqlens(grid_thw)
+    return {
+        "position_ids": get_vision_position_ids(grid_thw, MERGE),
+        "cu_seqlens": cu_seqlens,
+        "window_index": window_index,
+        "cu_window_seqlens": cu_window,
+        "plans": (Plan.of(cu_seqlens), Plan.of(cu_window)),
+    }
+
+
+def padded_vision_attention(
+    module: Any,
+    hidden_states: torch.Tensor,
+    plan: Plan,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+) -> torch.Tensor:
     """Qwen2.5-VL vision attention over all windows/images at once (padded SDPA)."""
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
 
@@ -182,62 +240,117 @@ def padded_vision_attention(module: Any, hidden_states: torch.Tensor, cu_seqlens
     q, k, v = module.qkv(hidden_states).reshape(seq, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
     cos, sin = position_embeddings
     q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
-    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    chunks = lengths.shape[0]
-    longest = int(lengths.max())
-    chunk = torch.repeat_interleave(torch.arange(chunks, device=q.device), lengths)
-    offset = torch.arange(seq, device=q.device) - cu_seqlens[chunk].to(q.device)
 
     def pad(t: torch.Tensor) -> torch.Tensor:
-        out = t.new_zeros((chunks, longest, heads, t.shape[-1]))
-        out[chunk, offset] = t
+        out = t.new_zeros((plan.chunks, plan.longest, heads, t.shape[-1]))
+        out[plan.chunk, plan.offset] = t
         return out.transpose(1, 2)
 
-    keep = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None].to(q.device))
-    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=keep[:, None, None, :],
-                                         scale=module.scaling)
-    out = out.transpose(1, 2)[chunk, offset].reshape(seq, -1)
+    out = F.scaled_dot_product_attention(
+        pad(q), pad(k), pad(v), attn_mask=plan.keep, scale=module.scaling
+    )
+    out = out.transpose(1, 2)[plan.chunk, plan.offset].reshape(seq, -1)
     return module.proj(out)  # type: ignore[no-any-return]
 
 
-def use_padded_attention(model: Any, enabled: bool) -> None:
-    for block in model.model.visual.blocks:
-        attn = block.attn
-        if enabled:
-            attn.forward = _bind(attn)
-        elif "forward" in attn.__dict__:
-            del attn.forward
+class PaddedAttention:
+    """Swaps the vision blocks' attention for :func:`padded_vision_attention` while the
+    current batch's plans are set (keyed by the identity of the cu_seqlens tensors)."""
 
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.plans: dict[int, Plan] = {}
 
-def _bind(attn: Any) -> Callable[..., torch.Tensor]:
-    def forward(hidden_states: torch.Tensor, cu_seqlens: torch.Tensor,
-                position_embeddings: tuple[torch.Tensor, torch.Tensor], **kw: Any) -> torch.Tensor:
-        return padded_vision_attention(attn, hidden_states, cu_seqlens, position_embeddings, **kw)
+    def set(self, cu_tensors: tuple[torch.Tensor, ...], plans: tuple[Plan, ...]) -> None:
+        self.plans = {id(cu): plan for cu, plan in zip(cu_tensors, plans, strict=True)}
 
-    return forward
+    def enable(self, on: bool) -> None:
+        for block in self.model.model.visual.blocks:
+            if on:
+                block.attn.forward = self._bind(block.attn)
+            elif "forward" in block.attn.__dict__:
+                del block.attn.forward
+
+    def _bind(self, attn: Any) -> Callable[..., torch.Tensor]:
+        stock = type(attn).forward
+
+        def forward(
+            hidden_states: torch.Tensor,
+            cu_seqlens: torch.Tensor,
+            position_embeddings: tuple[torch.Tensor, torch.Tensor],
+            **kw: Any,
+        ) -> torch.Tensor:
+            plan = self.plans.get(id(cu_seqlens))
+            if plan is None:
+                return stock(
+                    attn,
+                    hidden_states,
+                    cu_seqlens=cu_seqlens,  # type: ignore[no-any-return]
+                    position_embeddings=position_embeddings,
+                    **kw,
+                )
+            return padded_vision_attention(attn, hidden_states, plan, position_embeddings)
+
+        return forward
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
-    out = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-           for k, v in batch.items()}
+    out = {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+    }
     out["pixel_values"] = restore_pixels(out.pop("pixel_u8"), IMAGE_MEAN, IMAGE_STD)
+    vision = dict(batch["vision"])
+    plans = vision.pop("plans")
+    out["vision"] = {k: t.to(device, non_blocking=True) for k, t in vision.items()}
+    out["plans"] = tuple(p.to(device) for p in plans)
     return out
 
 
-def forward_logits(model: Any, batch: Batch, *, positions: bool = True,
-                   amp: bool = True) -> torch.Tensor:
-    kwargs = {k: batch[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids",
-                                    "pixel_values", "image_grid_thw")}
-    if positions:
-        kwargs["position_ids"] = batch["position_ids"]
+def forward_logits(
+    model: Any,
+    batch: Batch,
+    *,
+    fast: bool = True,
+    amp: bool = True,
+    attention: PaddedAttention | None = None,
+) -> torch.Tensor:
+    """Logits for ``batch``: the stock forward, or the training path (precomputed vision
+    indices and mrope positions, padded vision attention via ``attention``)."""
     with torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16, enabled=amp):
-        return model(**kwargs, use_cache=False).logits  # type: ignore[no-any-return]
+        if not fast:
+            keys = (
+                "input_ids",
+                "attention_mask",
+                "mm_token_type_ids",
+                "pixel_values",
+                "image_grid_thw",
+            )
+            return model(**{k: batch[k] for k in keys}, use_cache=False).logits  # type: ignore[no-any-return]
+        vision = dict(batch["vision"])
+        if attention is not None:
+            attention.set((vision["cu_seqlens"], vision["cu_window_seqlens"]), batch["plans"])
+        feats = model.model.visual(
+            batch["pixel_values"], grid_thw=batch["image_grid_thw"], **vision
+        ).pooler_output
+        embeds = model.model.get_input_embeddings()(batch["input_ids"])
+        slots = (batch["input_ids"] == modelcfg.IMAGE_PAD_ID)[..., None].expand_as(embeds)
+        embeds = embeds.masked_scatter(slots, feats.to(embeds.dtype))
+        return model(
+            inputs_embeds=embeds,
+            attention_mask=batch["attention_mask"],  # type: ignore[no-any-return]
+            position_ids=batch["position_ids"],
+            use_cache=False,
+        ).logits
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     shifted = labels[:, 1:]
-    return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                           shifted.reshape(-1), ignore_index=IGNORE)
+    return F.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+        shifted.reshape(-1),
+        ignore_index=IGNORE,
+    )
 
 
 def exact(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -247,28 +360,31 @@ def exact(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return ~wrong.any(dim=1)
 
 
-def check_equivalence(model: Any, batch: Batch) -> dict[str, float]:
-    """Max logit difference of the training shortcuts against the stock forward."""
+def check_equivalence(model: Any, batch: Batch, attention: PaddedAttention) -> dict[str, float]:
+    """Max logit difference (fp32) of the training path against the stock forward."""
     model.eval()
     with torch.no_grad():
-        use_padded_attention(model, False)
-        stock = forward_logits(model, batch, positions=False, amp=False)
-        use_padded_attention(model, True)
-        fast = forward_logits(model, batch, positions=True, amp=False)
+        attention.enable(False)
+        stock = forward_logits(model, batch, fast=False, amp=False)
+        attention.enable(True)
+        fast = forward_logits(model, batch, amp=False, attention=attention)
     model.train()
     mask = batch["attention_mask"].bool()
-    return {"max_abs_diff": float((stock - fast)[mask].abs().max()),
-            "logit_scale": float(stock[mask].abs().max())}
+    return {
+        "max_abs_diff": float((stock - fast)[mask].abs().max()),
+        "logit_scale": float(stock[mask].abs().max()),
+    }
 
 
-def evaluate(model: Any, batches: list[Batch], device: torch.device) -> dict[str, Any]:
+def evaluate(
+    model: Any, batches: list[Batch], device: torch.device, attention: PaddedAttention
+) -> dict[str, Any]:
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     loss_sum = 0.0
     model.eval()
     with torch.no_grad():
-        for cpu_batch in batches:
-            batch = to_device(cpu_batch, device)
-            logits = forward_logits(model, batch)
+        for batch in batches:
+            logits = forward_logits(model, batch, attention=attention)
             loss_sum += float(answer_loss(logits, batch["labels"]))
             ok = exact(logits, batch["labels"]).tolist()
             for good, kind, lang in zip(ok, batch["kind"], batch["lang"], strict=True):
@@ -283,10 +399,10 @@ def evaluate(model: Any, batches: list[Batch], device: torch.device) -> dict[str
 # --- the run --------------------------------------------------------------------------
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.05) -> float:
+def lr_at(step: int, progress: float, peak: float, warmup: int, floor: float = 0.05) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay over ``progress`` in [0, 1]."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -301,7 +417,6 @@ def save(model: Any, out: Path, step: int) -> None:
     """Save a bf16 copy (the stock forward; training keeps fp32 master weights)."""
     target = out / "model"
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(str(target), max_shard_size="12MB")
-    (out / "saved_step.txt").write_text(str(step))
     log.info("saved step %d to %s", step, target)
 
 
@@ -341,8 +456,10 @@ def make_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Op
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         (decay if param.ndim >= 2 and "embed" not in name else no_decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     fused = next(model.parameters()).is_cuda
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=fused)
 
@@ -353,52 +470,75 @@ def run(args: argparse.Namespace) -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
     model = build_model(device)
+    attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
-    held = held_out_batches(args.processor_dir, args.eval_n, 128)
-    log.info("equivalence %s", check_equivalence(model, to_device(held[0], device)))
-    use_padded_attention(model, True)
+    held = [to_device(b, device) for b in held_out_batches(args.processor_dir, args.eval_n, 128)]
+    log.info("equivalence %s", check_equivalence(model, held[0], attention))
+    attention.enable(True)
     opt = make_optimizer(model, args.lr, args.weight_decay)
-    loader = DataLoader(SceneBatches(args.processor_dir, args.batch, args.seed), batch_size=None,
-                        num_workers=args.workers, pin_memory=device.type == "cuda",
-                        prefetch_factor=4 if args.workers else None,
-                        persistent_workers=args.workers > 0)
-    train_loop(model, opt, iter(loader), held, args, device)
+    loader = DataLoader(
+        SceneBatches(args.processor_dir, args.batch, args.seed),
+        batch_size=None,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=4 if args.workers else None,
+        persistent_workers=args.workers > 0,
+    )
+    train_loop(model, opt, iter(loader), held, args, device, attention)
 
 
-def train_loop(model: Any, opt: torch.optim.Optimizer, batches: Iterator[Batch],
-               held: list[Batch], args: argparse.Namespace, device: torch.device) -> None:
+def train_loop(
+    model: Any,
+    opt: torch.optim.Optimizer,
+    batches: Iterator[Batch],
+    held: list[Batch],
+    args: argparse.Namespace,
+    device: torch.device,
+    attention: PaddedAttention,
+) -> None:
+    """The schedule's progress is the larger of steps done and wall time used, so the
+    cosine decay completes within ``--max-minutes`` whatever the throughput."""
     metrics = (args.out / "metrics.jsonl").open("a")
     start = last_save = time.time()
+    budget = args.max_minutes * 60
     wait = 0.0
     model.train()
     for step in range(args.steps):
         t0 = time.time()
         batch = to_device(next(batches), device)
         wait += time.time() - t0
+        elapsed = time.time() - start
+        progress = max(step / args.steps, elapsed / budget)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        loss = answer_loss(forward_logits(model, batch), batch["labels"])
+            group["lr"] = lr_at(step, progress, args.lr, args.warmup)
+        loss = answer_loss(forward_logits(model, batch, attention=attention), batch["labels"])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        elapsed = time.time() - start
+        last = step == args.steps - 1 or progress >= 1.0
         if step % args.log_every == 0:
-            row = {"step": step, "loss": round(loss.item(), 4), "lr": opt.param_groups[0]["lr"],
-                   "grad_norm": round(norm.item(), 3), "elapsed_s": round(elapsed, 1),
-                   "data_wait_s": round(wait, 1), "tokens": int(batch["attention_mask"].sum())}
+            row = {
+                "step": step,
+                "loss": round(loss.item(), 4),
+                "lr": opt.param_groups[0]["lr"],
+                "grad_norm": round(norm.item(), 3),
+                "elapsed_s": round(elapsed, 1),
+                "data_wait_s": round(wait, 1),
+                "tokens": int(batch["attention_mask"].sum()),
+            }
             log.info("train %s", json.dumps(row))
             metrics.write(json.dumps({"train": row}) + "\n")
-        last = step == args.steps - 1 or elapsed > args.max_minutes * 60
         if step % args.eval_every == 0 or last:
-            result = evaluate(model, held, device) | {"step": step, "elapsed_s": round(elapsed, 1)}
+            result = evaluate(model, held, device, attention)
+            result |= {"step": step, "elapsed_s": round(elapsed, 1)}
             log.info("eval %s", json.dumps(result, ensure_ascii=False))
             metrics.write(json.dumps({"eval": result}, ensure_ascii=False) + "\n")
             metrics.flush()
         if last or time.time() - last_save > args.save_every_s:
-            use_padded_attention(model, False)
+            attention.enable(False)
             save(model, args.out, step)
-            use_padded_attention(model, True)
+            attention.enable(True)
             last_save = time.time()
         if last:
             break

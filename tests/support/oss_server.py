@@ -24,9 +24,11 @@ SecurityTokenExpired, AccessDenied, NoSuchBucket, NoSuchKey, RequestTimeTooSkewe
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import mimetypes
+import socket
 import threading
 import time
 import uuid
@@ -163,6 +165,7 @@ class FakeOSS:
         self.clock_offset = 0.0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self.connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
 
     # --- setup ------------------------------------------------------------------------
@@ -201,9 +204,14 @@ class FakeOSS:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut open keep-alive connections (as an outage would)."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        with self._lock:
+            for conn in list(self.connections):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
 
     def record(self, seen: Seen) -> None:
         with self._lock:
@@ -231,6 +239,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
         return
+
+    def setup(self) -> None:
+        super().setup()
+        with self.oss._lock:
+            self.oss.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.oss._lock:
+            self.oss.connections.discard(self.connection)
+        super().finish()
 
     def do_GET(self) -> None:
         self._handle("GET")

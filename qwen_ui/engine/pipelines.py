@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+import transformers
 from PIL import Image
 from transformers import AutoProcessor, PreTrainedModel
 
@@ -235,6 +236,7 @@ class Pipelines:
     def _build(self) -> Loaded:
         for name in OFFLINE_ENV:
             os.environ[name] = "1"
+        transformers.utils.logging.disable_progress_bar()  # no tqdm bars in server logs
         snapshot = self.snapshot()
         device = pick_device(self.spec.device)
         processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]

@@ -1,17 +1,35 @@
-"""The Gradio Blocks UI: a thin client of the app's state (read at event time)."""
+"""The Gradio Blocks UI: a thin client of the engine (``app.state.engine``).
+
+Images and a question go in through a ``MultimodalTextbox``; the answer streams into a
+``Chatbot`` under a collapsible stage message (``metadata.status`` pending → done) that
+names the stage being worked on, with a progress bar beside it. Stop cancels the
+generator, which closes the engine's iterator and so the work on the worker thread.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI
 
+from qwen_ui.auth.web import principal_from_gradio
+from qwen_ui.engine.engine import AskRequest, Engine
+from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
+from qwen_ui.errors import EngineNotAvailable, QwenUIError
+from qwen_ui.web.examples import demo_examples
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
+
+log = logging.getLogger(__name__)
 
 PAGE_TITLE = "qwen-ui · Visual Q&A · 视觉问答"
 LANG_CHOICES = [("English", "en"), ("中文", "zh")]
+Messages = list[dict[str, Any]]
 
 
 def status_markdown(app: FastAPI, lang: Lang) -> str:
@@ -32,14 +50,27 @@ def status_markdown(app: FastAPI, lang: Lang) -> str:
     return "\n\n".join(lines)
 
 
+def progress_html(fraction: float, label: str = "") -> str:
+    percent = max(0.0, min(100.0, fraction * 100))
+    return (
+        f'<div class="qwen-progress" role="progressbar" aria-valuenow="{percent:.0f}" '
+        f'aria-valuemin="0" aria-valuemax="100" title="{label}">'
+        f'<div class="qwen-progress-fill" style="width:{percent:.1f}%"></div></div>'
+    )
+
+
 def build_ui(app: FastAPI) -> gr.Blocks:
+    settings = app.state.settings
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
         lang = gr.State("en")
+        conversation = gr.State(None)
         with gr.Row(elem_classes="qwen-header"):
             header = gr.Markdown(_header("en"))
             picker = gr.Radio(LANG_CHOICES, value="en", label=t("language", "en"), scale=0)
         status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
-        chat = gr.Chatbot(label=t("chat", "en"), elem_id="qwen-chat", height=420)
+        demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
+        chat = gr.Chatbot(label=t("chat", "en"), elem_id="qwen-chat", height=460)
+        progress = gr.HTML(progress_html(0.0), elem_id="qwen-progress")
         question = gr.MultimodalTextbox(
             label=t("question", "en"),
             placeholder=t("question_placeholder", "en"),
@@ -48,12 +79,20 @@ def build_ui(app: FastAPI) -> gr.Blocks:
             elem_id="qwen-question",
             interactive=True,
         )
-        texts: list[Any] = [header, picker, status, chat, question]
+        with gr.Row():
+            stop = gr.Button(t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0)
+            new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
+        if settings.is_demo_model:
+            gr.Examples(
+                demo_examples(settings.home / "examples"),
+                inputs=[question],
+                label=t("examples", "en"),
+                examples_per_page=6,
+            )
+        texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, demo_note]
 
         def on_load(request: gr.Request) -> tuple[Any, ...]:
-            chosen = negotiate(
-                request.headers.get("accept-language"), app.state.settings.language
-            )
+            chosen = negotiate(request.headers.get("accept-language"), settings.language)
             if "lang" in request.query_params and request.query_params["lang"] in LANGS:
                 chosen = request.query_params["lang"]
             return (chosen, *_relabel(app, chosen))
@@ -61,13 +100,139 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         def on_pick(chosen: Lang) -> tuple[Any, ...]:
             return (chosen, *_relabel(app, chosen))
 
-        def on_submit(message: dict[str, Any], current: Lang) -> Any:
-            raise gr.Error(t("no_engine", current))
+        async def on_submit(
+            message: dict[str, Any] | None,
+            history: Messages | None,
+            conversation_id: str | None,
+            current: Lang,
+            request: gr.Request,
+        ) -> AsyncIterator[tuple[Any, ...]]:
+            async for update in answer(app, message, history, conversation_id, current, request):
+                yield update
 
+        submitted = question.submit(
+            on_submit,
+            [question, chat, conversation, lang],
+            [chat, question, progress, conversation],
+            api_visibility="undocumented",
+            concurrency_limit=None,
+        )
+        submitted.then(
+            lambda current: (gr.update(interactive=True), status_markdown(app, current)),
+            [lang],
+            [question, status],
+            api_visibility="private",
+        )
+        stop.click(
+            _stopped,
+            [chat, lang],
+            [chat, question, progress],
+            cancels=[submitted],
+            api_visibility="private",
+        )
+        new_chat.click(
+            lambda: ([], None, None, progress_html(0.0)),
+            None,
+            [chat, question, conversation, progress],
+            cancels=[submitted],
+            api_visibility="private",
+        )
         blocks.load(on_load, None, [lang, *texts], api_visibility="private")
         picker.input(on_pick, picker, [lang, *texts], api_visibility="private")
-        question.submit(on_submit, [question, lang], None, api_visibility="undocumented")
-    return blocks
+    return blocks  # type: ignore[no-any-return]
+
+
+async def answer(
+    app: FastAPI,
+    message: dict[str, Any] | None,
+    history: Messages | None,
+    conversation_id: str | None,
+    lang: Lang,
+    request: gr.Request,
+) -> AsyncIterator[tuple[Any, ...]]:
+    """The submit handler: (chat, textbox, progress, conversation id) after every event."""
+    text = str((message or {}).get("text") or "")
+    files = [_path_of(f) for f in (message or {}).get("files") or []]
+    chat: Messages = list(history or [])
+    chat += [{"role": "user", "content": {"path": f}} for f in files]
+    chat.append({"role": "user", "content": text})
+    stage = {
+        "role": "assistant",
+        "content": "",
+        "metadata": {"title": t("working", lang), "status": "pending"},
+    }
+    reply: dict[str, Any] = {"role": "assistant", "content": ""}
+    chat += [stage, reply]
+    locked = gr.MultimodalTextbox(value=None, interactive=False)
+    yield chat, locked, progress_html(0.0), conversation_id
+    try:
+        engine = _engine(app)
+        ask = AskRequest(
+            tenant=principal_from_gradio(request).tenant,
+            question=text,
+            images=[Path(f).read_bytes() for f in files],
+            conversation_id=conversation_id,
+            lang=lang,
+        )
+        async with aclosing(engine.ask(ask)) as events:
+            async for event in events:
+                conversation_id = _apply(event, stage, reply, lang) or conversation_id
+                yield chat, locked, progress_html(_progress(event)), conversation_id
+    except QwenUIError as exc:
+        _apply(Failed.of(exc, lang), stage, reply, lang)
+        yield chat, locked, progress_html(0.0), conversation_id
+
+
+def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lang) -> str | None:
+    """Fold one engine event into the two assistant messages; the conversation id on done."""
+    meta = stage["metadata"]
+    if isinstance(event, Stage):
+        label = event.label(lang)
+        meta["title"] = label
+        stage["content"] += ("\n" if stage["content"] else "") + f"• {label}"
+    elif isinstance(event, Token):
+        reply["content"] += event.text
+    elif isinstance(event, Done):
+        meta["status"] = "done"
+        meta["title"] = t("done_in", lang).format(
+            seconds=f"{event.timings.get('total', 0.0):.1f}", tokens=event.completion_tokens
+        )
+        meta["duration"] = event.timings.get("total", 0.0)
+        reply["content"] = event.answer
+        return event.conversation_id
+    elif isinstance(event, Failed):
+        meta["status"] = "done"
+        meta["title"] = t("failed", lang)
+        reply["content"] = f"⚠️ {event.message}"
+    return None
+
+
+def _progress(event: Event) -> float:
+    return float(getattr(event, "progress", 0.0))
+
+
+def _stopped(history: Messages | None, lang: Lang) -> tuple[Any, ...]:
+    """After Stop: close any pending stage message and give the textbox back."""
+    chat = list(history or [])
+    for message in chat:
+        meta = message.get("metadata") or {}
+        if meta.get("status") == "pending":
+            meta["status"] = "done"
+            meta["title"] = t("stopped", lang)
+    return chat, gr.update(interactive=True), progress_html(0.0)
+
+
+def _engine(app: FastAPI) -> Engine:
+    engine = getattr(app.state, "engine", None)
+    if engine is None:
+        raise EngineNotAvailable()
+    return engine  # type: ignore[no-any-return]
+
+
+def _path_of(item: Any) -> str:
+    if isinstance(item, dict):
+        return str(item.get("path"))
+    return str(getattr(item, "path", item))
 
 
 def _header(lang: Lang) -> str:
@@ -81,4 +246,7 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(value=status_markdown(app, lang)),
         gr.update(label=t("chat", lang)),
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
+        gr.update(value=t("stop", lang)),
+        gr.update(value=t("new_chat", lang)),
+        gr.update(value=t("demo_note", lang)),
     )

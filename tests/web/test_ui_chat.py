@@ -1,0 +1,120 @@
+"""The chat handler of the Gradio page, driven directly (no browser): stage message,
+streamed answer, conversation id, errors, stop."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from qwen_ui.server import create_app
+from qwen_ui.store import ModelStore
+from qwen_ui.web.examples import demo_examples
+from qwen_ui.web.ui import _stopped, answer, progress_html
+from tests.engine.conftest import TINY_ID, png, tiny_settings
+from tests.engine.support import build_tiny_model
+
+USER = SimpleNamespace(username="demo/demo")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "bf16")
+
+
+@pytest.fixture
+def chat_app(tmp_path: Path, tiny_model: Path) -> Iterator[FastAPI]:
+    settings = tiny_settings(tmp_path / "home")
+    ModelStore(settings.model_path).install(tiny_model, TINY_ID, "bf16")
+    app = create_app(settings)
+    with TestClient(app):
+        yield app
+
+
+def image_files(tmp_path: Path, n: int) -> list[str]:
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"img{i}.png"
+        path.write_bytes(png((40 + 10 * i, 50), (50 * i, 100, 200)))
+        paths.append(str(path))
+    return paths
+
+
+async def run(
+    app: FastAPI,
+    message: dict[str, Any],
+    history: list[Any] | None = None,
+    conversation: str | None = None,
+    lang: str = "en",
+) -> list[tuple[Any, ...]]:
+    """Every update, copied as Gradio serialises it at each yield."""
+    updates = answer(app, message, history, conversation, lang, USER)  # type: ignore[arg-type]
+    return [copy.deepcopy(u) async for u in updates]
+
+
+async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_path: Path) -> None:
+    files = image_files(tmp_path, 2)
+    updates = await run(chat_app, {"text": "What shape?", "files": files})
+    chat, _box, _bar, conversation = updates[-1]
+    users = [m for m in chat if m["role"] == "user"]
+    assert [u["content"] for u in users] == [{"path": files[0]}, {"path": files[1]}, "What shape?"]
+    stage, reply = chat[-2], chat[-1]
+    assert stage["metadata"]["status"] == "done"
+    assert stage["metadata"]["title"].startswith("Done in")
+    assert "• Decoding image 1/2" in stage["content"]
+    assert "• Encoding image 2/2" in stage["content"] and "• Answering" in stage["content"]
+    assert conversation
+    titles = [u[0][-2]["metadata"]["title"] for u in updates]
+    assert "Loading the model" in titles and "Answering" in titles
+    pending = [u[0][-2]["metadata"]["status"] for u in updates[:-1]]
+    assert set(pending) == {"pending"}
+    texts = [u[0][-1]["content"] for u in updates]
+    assert len({t for t in texts if t}) > 1  # the answer grew token by token
+    assert texts[-1] == reply["content"]
+    assert 'aria-valuenow="100"' in updates[-1][2]
+    # follow-up in the same conversation, in Chinese
+    more = await run(chat_app, {"text": "第二张呢？", "files": []}, chat, conversation, "zh")
+    chat2, _, _, conversation2 = more[-1]
+    assert conversation2 == conversation and len(chat2) == len(chat) + 3
+    assert chat2[-2]["metadata"]["title"].startswith("完成")
+
+
+async def test_bad_input_shows_the_typed_message(chat_app: FastAPI, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"%PDF-1.4")
+    updates = await run(chat_app, {"text": "What?", "files": [str(bad)]}, lang="zh")
+    chat = updates[-1][0]
+    assert chat[-2]["metadata"] == {"title": "失败", "status": "done"}
+    assert "格式不受支持" in chat[-1]["content"]
+
+
+def test_stop_closes_the_pending_stage() -> None:
+    history = [
+        {
+            "role": "assistant",
+            "content": "",
+            "metadata": {"title": "Answering", "status": "pending"},
+        }
+    ]
+    chat, _box, bar = _stopped(history, "en")
+    assert chat[0]["metadata"] == {"title": "Stopped", "status": "done"}
+    assert 'aria-valuenow="0"' in bar
+
+
+def test_progress_bar_is_clamped() -> None:
+    assert 'aria-valuenow="100"' in progress_html(3.0)
+    assert "width:50.0%" in progress_html(0.5)
+
+
+def test_demo_examples_come_from_the_scene_grammar(tmp_path: Path) -> None:
+    examples = demo_examples(tmp_path)
+    assert len(examples) == 6
+    assert any(len(e["files"]) == 3 for e in examples)
+    assert any(any("\u4e00" <= c <= "\u9fff" for c in e["text"]) for e in examples)
+    assert all(Path(f).is_file() for e in examples for f in e["files"])

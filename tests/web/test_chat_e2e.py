@@ -1,0 +1,142 @@
+"""The chat over a real ``qwen-ui serve`` process: gradio_client and the HTTP API.
+
+The tiny random model is installed in the server's store and configured through the
+environment, as an operator would; answers are meaningless, the mechanics are not."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+
+from qwen_ui.store import ModelStore
+from tests.engine.conftest import TINY_ID, png
+from tests.engine.support import build_tiny_model
+from tests.support.server import ServerProcess, log_in_with_form
+
+pytestmark = pytest.mark.e2e
+
+ENV = {
+    "QWEN_UI_MODEL_ID": TINY_ID,
+    "QWEN_UI_MODEL_REVISION": "bf16",
+    "QWEN_UI_DEVICE": "cpu",
+    "QWEN_UI_MAX_PIXELS": str(112 * 112),
+    "QWEN_UI_MAX_NEW_TOKENS": "24",
+    "GRADIO_ANALYTICS_ENABLED": "False",
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    home = tmp_path_factory.mktemp("home")
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny") / "bf16")
+    ModelStore(home / "models").install(model, TINY_ID, "bf16")
+    process = ServerProcess(home, env=ENV)
+    process.wait_for("/login")
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def session(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, follow_redirects=False, timeout=60) as client:
+        log_in_with_form(client, "demo", "demo", server.demo_password())
+        yield client
+
+
+def cookie_header(client: httpx.Client) -> str:
+    return "; ".join(f"{name}={value}" for name, value in client.cookies.items())
+
+
+def text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def images(folder: Path, n: int) -> list[str]:
+    paths = []
+    for i in range(n):
+        path = folder / f"scene{i}.png"
+        path.write_bytes(png((48 + 16 * i, 64), (60 * i, 120, 220 - 60 * i)))
+        paths.append(str(path))
+    return paths
+
+
+def test_three_images_stream_stages_in_order_then_the_answer(
+    server: ServerProcess, session: httpx.Client, tmp_path: Path
+) -> None:
+    client = Client(
+        server.url,
+        headers={"Cookie": cookie_header(session)},
+        verbose=False,
+        download_files=str(tmp_path / "dl"),
+        analytics_enabled=False,
+    )
+    message = {"text": "How many circles?", "files": [handle_file(p) for p in images(tmp_path, 3)]}
+    job = client.submit(message, [], api_name="/on_submit")
+    titles: list[str] = []
+    answers: list[str] = []
+    for update in job:
+        chat = update[0]
+        stage, reply = chat[-2], chat[-1]
+        title = stage["metadata"]["title"]
+        if not titles or titles[-1] != title:
+            titles.append(title)
+        answers.append(text_of(reply))
+    final = job.outputs()[-1][0]
+    stages = [t for t in titles if not t.startswith(("Working", "Done"))]
+    assert stages == [
+        "Decoding image 1/3",
+        "Decoding image 2/3",
+        "Decoding image 3/3",
+        "Loading the model",
+        "Encoding image 1/3",
+        "Encoding image 2/3",
+        "Encoding image 3/3",
+        "Answering",
+    ]
+    assert titles[-1].startswith("Done in")
+    assert final[-2]["metadata"]["status"] == "done"
+    assert text_of(final[-1]) and text_of(final[-1]) == answers[-1]
+    assert len({a for a in answers if a}) > 1  # streamed, not delivered at once
+    client.close()
+
+
+def test_api_streams_and_a_vanished_client_cancels(
+    server: ServerProcess, session: httpx.Client, tmp_path: Path
+) -> None:
+    files = [
+        ("images", (Path(p).name, Path(p).read_bytes(), "image/png")) for p in images(tmp_path, 2)
+    ]
+    data = {"question": "What shape?", "max_new_tokens": "2000"}
+    with session.stream("POST", "/api/v1/ask", data=data, files=files) as response:
+        assert response.status_code == 200
+        seen = []
+        for line in response.iter_lines():
+            seen.append(json.loads(line))
+            if sum(1 for e in seen if e["type"] == "token") >= 3:
+                break  # leave mid-answer: the connection closes
+    assert [e["type"] for e in seen][:2] == ["stage", "stage"]
+    deadline = time.monotonic() + 20
+    cancelled = 0.0
+    while time.monotonic() < deadline and cancelled < 1:
+        text = session.get("/metrics").text
+        for line in text.splitlines():
+            if line.startswith('qwen_ui_engine_requests_total{outcome="cancelled"}'):
+                cancelled = float(line.split()[-1])
+        time.sleep(0.1)
+    assert cancelled >= 1, "the engine never saw the client leave"
+    # and the next question is answered
+    again = session.post(
+        "/api/v1/ask", data={"question": "And?"}, files=[("images", ("a.png", png(), "image/png"))]
+    )
+    last = json.loads(again.text.strip().splitlines()[-1])
+    assert last["type"] == "done"

@@ -16,6 +16,7 @@ import redis
 from fastapi.testclient import TestClient
 from httpx import Response
 
+from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.tenants import Limits, OSSConfig, Tenant
 from qwen_ui.server import create_app
 from qwen_ui.settings import Settings
@@ -134,8 +135,9 @@ def web(auth_settings: Settings) -> Iterator[TestClient]:
 @pytest.fixture(autouse=True)
 def secret_watch(caplog: pytest.LogCaptureFixture, home: Path) -> Iterator[SecretWatch]:
     caplog.set_level(logging.DEBUG)
-    for name in ("urllib3", "httpx", "httpcore", "oss2", "qwen_ui", "redis"):
+    for name in ("urllib3", "httpx", "httpcore", "qwen_ui", "redis", "starlette", "fastapi"):
         logging.getLogger(name).setLevel(logging.NOTSET)
+    quiet_oss2_logging()  # as the server does at start (test_oss_client shows why)
     watch = SecretWatch()
     watch.add(TEST_PASSWORD, *(k.secret for k in ALL_KEYS), *(k.sts_token for k in ALL_KEYS))
     yield watch

@@ -1,0 +1,70 @@
+"""The OSS verifier: allowed key ids, the verification cache (HMAC-keyed, <= 5 min)."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.fernet import Fernet
+
+from qwen_ui.auth.errors import InvalidCredentials, OSSUnavailable
+from qwen_ui.auth.keys import keys_from_text
+from qwen_ui.auth.oss import OSSVerifier, key_id_allowed
+from qwen_ui.auth.oss_client import OSSConnector
+from qwen_ui.auth.principal import OSSCredentials, Principal
+from qwen_ui.state import MemoryState, State
+from tests.auth.conftest import ACME, ACME_UNLISTED, oss_tenant
+from tests.conftest import free_port
+from tests.support.oss_server import FakeOSS
+
+
+def verifier(state: State, cache_s: float = 300) -> OSSVerifier:
+    keys = keys_from_text(Fernet.generate_key().decode())
+    return OSSVerifier(OSSConnector(timeout_s=2), keys, state.namespace("v"), cache_s)
+
+
+def creds(keys: object) -> OSSCredentials:
+    return OSSCredentials(keys.key_id, keys.secret)  # type: ignore[attr-defined]
+
+
+async def test_success_is_cached_under_an_hmac(oss: FakeOSS, state: State) -> None:
+    v = verifier(state)
+    tenant = oss_tenant("acme", oss.endpoint, "acme/", [])
+    assert await v.verify(tenant, creds(ACME)) == Principal("acme", ACME.key_id, "oss")
+    assert await v.verify(tenant, creds(ACME))
+    assert len(oss.calls(ACME.key_id)) == 1
+    with pytest.raises(InvalidCredentials):  # a wrong secret is not served from the cache
+        await v.verify(tenant, OSSCredentials(ACME.key_id, "wrong-secret"))
+    assert await state.ttl(f"v:{v._cache_key(tenant, creds(ACME))}") <= 300  # type: ignore[operator]
+
+
+async def test_cache_can_be_off_and_is_capped(oss: FakeOSS) -> None:
+    tenant = oss_tenant("acme", oss.endpoint, "acme/", [])
+    state = MemoryState()
+    off = verifier(state, cache_s=0)
+    await off.verify(tenant, creds(ACME))
+    await off.verify(tenant, creds(ACME))
+    assert len(oss.calls(ACME.key_id)) == 2
+    capped = verifier(state, cache_s=10_000)
+    await capped.verify(tenant, creds(ACME))
+    ttls = [await state.ttl(key) for key in list(state._data)]
+    assert ttls and all(ttl is not None and 0 < ttl <= 300 for ttl in ttls)
+
+
+async def test_allowed_key_ids_checked_before_oss(oss: FakeOSS) -> None:
+    tenant = oss_tenant("acme", oss.endpoint, "acme/", [ACME.key_id])
+    with pytest.raises(InvalidCredentials):
+        await verifier(MemoryState()).verify(tenant, creds(ACME_UNLISTED))
+    assert oss.calls() == []
+
+
+async def test_unreachable_oss(oss: FakeOSS) -> None:
+    tenant = oss_tenant("acme", f"http://127.0.0.1:{free_port()}", "acme/", [])
+    with pytest.raises(OSSUnavailable) as caught:
+        await verifier(MemoryState()).verify(tenant, creds(ACME))
+    assert caught.value.status == 503
+
+
+def test_key_id_patterns() -> None:
+    assert key_id_allowed([], "LTAIanything")
+    assert key_id_allowed(["STS.*"], "STS.abc")
+    assert not key_id_allowed(["STS.*"], "LTAIabc")
+    assert not key_id_allowed(["LTAIa"], "LTAIab")

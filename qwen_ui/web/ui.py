@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 PAGE_TITLE = "qwen-ui · Visual Q&A · 视觉问答"
 LANG_CHOICES = [("English", "en"), ("中文", "zh")]
 Messages = list[dict[str, Any]]
+_BAR = "height:6px;border-radius:3px;overflow:hidden;background:var(--border-color-primary)"
+_FILL = "height:100%;background:var(--color-accent);transition:width .2s"
 
 
 def status_markdown(app: FastAPI, lang: Lang) -> str:
@@ -54,8 +56,8 @@ def progress_html(fraction: float, label: str = "") -> str:
     percent = max(0.0, min(100.0, fraction * 100))
     return (
         f'<div class="qwen-progress" role="progressbar" aria-valuenow="{percent:.0f}" '
-        f'aria-valuemin="0" aria-valuemax="100" title="{label}">'
-        f'<div class="qwen-progress-fill" style="width:{percent:.1f}%"></div></div>'
+        f'aria-valuemin="0" aria-valuemax="100" title="{label}" style="{_BAR}">'
+        f'<div class="qwen-progress-fill" style="width:{percent:.1f}%;{_FILL}"></div></div>'
     )
 
 
@@ -113,7 +115,7 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         submitted = question.submit(
             on_submit,
             [question, chat, conversation, lang],
-            [chat, question, progress, conversation],
+            [chat, question, progress, conversation, status],
             api_visibility="undocumented",
             concurrency_limit=None,
         )
@@ -150,7 +152,8 @@ async def answer(
     lang: Lang,
     request: gr.Request,
 ) -> AsyncIterator[tuple[Any, ...]]:
-    """The submit handler: (chat, textbox, progress, conversation id) after every event."""
+    """The submit handler: (chat, textbox, progress, conversation id, status) after every
+    event; the status line is re-read when a stage changes, not on every token."""
     text = str((message or {}).get("text") or "")
     files = [_path_of(f) for f in (message or {}).get("files") or []]
     chat: Messages = list(history or [])
@@ -164,7 +167,7 @@ async def answer(
     reply: dict[str, Any] = {"role": "assistant", "content": ""}
     chat += [stage, reply]
     locked = gr.MultimodalTextbox(value=None, interactive=False)
-    yield chat, locked, progress_html(0.0), conversation_id
+    yield chat, locked, progress_html(0.0), conversation_id, gr.update()
     try:
         engine = _engine(app)
         ask = AskRequest(
@@ -177,10 +180,11 @@ async def answer(
         async with aclosing(engine.ask(ask)) as events:
             async for event in events:
                 conversation_id = _apply(event, stage, reply, lang) or conversation_id
-                yield chat, locked, progress_html(_progress(event)), conversation_id
+                status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
+                yield chat, locked, progress_html(_progress(event)), conversation_id, status
     except QwenUIError as exc:
         _apply(Failed.of(exc, lang), stage, reply, lang)
-        yield chat, locked, progress_html(0.0), conversation_id
+        yield chat, locked, progress_html(0.0), conversation_id, status_markdown(app, lang)
 
 
 def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lang) -> str | None:

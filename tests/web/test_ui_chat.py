@@ -61,7 +61,8 @@ async def run(
 async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_path: Path) -> None:
     files = image_files(tmp_path, 2)
     updates = await run(chat_app, {"text": "What shape?", "files": files})
-    chat, _box, _bar, conversation = updates[-1]
+    chat, _box, _bar, conversation, status = updates[-1]
+    assert "ready" in status
     users = [m for m in chat if m["role"] == "user"]
     assert [u["content"] for u in users] == [{"path": files[0]}, {"path": files[1]}, "What shape?"]
     stage, reply = chat[-2], chat[-1]
@@ -80,7 +81,7 @@ async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_pat
     assert 'aria-valuenow="100"' in updates[-1][2]
     # follow-up in the same conversation, in Chinese
     more = await run(chat_app, {"text": "第二张呢？", "files": []}, chat, conversation, "zh")
-    chat2, _, _, conversation2 = more[-1]
+    chat2, _, _, conversation2, _ = more[-1]
     assert conversation2 == conversation and len(chat2) == len(chat) + 3
     assert chat2[-2]["metadata"]["title"].startswith("完成")
 

@@ -1,0 +1,125 @@
+"""The chat in Debian's chromium (Playwright) against a real server with the tiny model:
+attach two images, ask, watch the stage message and the streamed answer, stop a long one."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from qwen_ui.store import ModelStore
+from tests.engine.conftest import TINY_ID, png
+from tests.engine.support import build_tiny_model
+from tests.support.server import ServerProcess
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+ENV = {
+    "QWEN_UI_MODEL_ID": TINY_ID,
+    "QWEN_UI_MODEL_REVISION": "bf16",
+    "QWEN_UI_DEVICE": "cpu",
+    "QWEN_UI_MAX_PIXELS": str(112 * 112),
+    "QWEN_UI_MAX_NEW_TOKENS": "2000",
+    "GRADIO_ANALYTICS_ENABLED": "False",
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    home = tmp_path_factory.mktemp("home")
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny") / "bf16")
+    ModelStore(home / "models").install(model, TINY_ID, "bf16")
+    process = ServerProcess(home, env=ENV)
+    process.wait_for("/login")
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if shutil.which("chromium") is None:
+        pytest.fail("Debian chromium is not installed (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
+    context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1100})
+    tab = context.new_page()
+    tab.goto(server.url + "/")
+    tab.wait_for_url("**/login**")
+    tab.fill("#tenant", "demo")
+    tab.check("#m-local")
+    tab.fill("#user", "demo")
+    tab.fill("#password", server.demo_password())
+    tab.click("button[type=submit]")
+    tab.wait_for_url(server.url + "/")
+    tab.wait_for_selector("#qwen-question textarea")
+    yield tab
+    context.close()
+
+
+def ask_with_images(page: Page, folder: Path, question: str) -> None:
+    paths = []
+    for i, colour in enumerate(((220, 40, 40), (40, 80, 215))):
+        path = folder / f"shape{i}.png"
+        path.write_bytes(png((64, 48), colour))
+        paths.append(str(path))
+    page.set_input_files("#qwen-question input[type=file]", paths)
+    page.wait_for_function(
+        "document.querySelectorAll('#qwen-question img, #qwen-question .thumbnail-item')"
+        ".length >= 2",
+        timeout=15_000,
+    )
+    page.fill("#qwen-question textarea", question)
+    page.press("#qwen-question textarea", "Enter")
+
+
+def answer_text(page: Page) -> str:
+    bots = page.locator("#qwen-chat .message.bot, #qwen-chat [data-testid='bot']")
+    count = bots.count()
+    return bots.nth(count - 1).inner_text() if count else ""
+
+
+def test_ask_two_images_see_stages_and_stream_then_stop(
+    page: Page, tmp_path: Path, artifacts: Path
+) -> None:
+    ask_with_images(page, tmp_path, "How many circles are there?")
+    page.wait_for_selector(
+        "#qwen-chat >> text=/Decoding image|Encoding image|Loading the model|Answering/",
+        timeout=30_000,
+    )
+    page.screenshot(path=str(artifacts / "chat-stage-message.png"), full_page=True)
+    page.wait_for_selector("#qwen-chat >> text=Answering", timeout=60_000)
+    first = answer_text(page)
+    time.sleep(1.0)
+    second = answer_text(page)
+    assert second != first, "the answer should be streaming"
+    page.screenshot(path=str(artifacts / "chat-streaming.png"), full_page=True)
+    page.click("#qwen-stop")
+    page.wait_for_selector("#qwen-chat >> text=Stopped", timeout=15_000)
+    stopped = answer_text(page)
+    time.sleep(1.0)
+    assert answer_text(page) == stopped, "nothing streams after Stop"
+    progress = page.get_attribute("#qwen-progress .qwen-progress", "aria-valuenow")
+    assert progress == "0"
+    page.screenshot(path=str(artifacts / "chat-stopped.png"), full_page=True)
+    # the textbox is usable again and the next (short) question works
+    assert page.locator("#qwen-question textarea").is_enabled()

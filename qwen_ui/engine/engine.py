@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from PIL import Image
 
@@ -86,9 +86,17 @@ class WorkResult:
     timings: dict[str, float]
 
 
-# (request, decoded images, report-queue-position) -> async context manager around GPU work
+class QueueReport(Protocol):
+    """Called by admission with the requests ahead and the estimated wait (0: unknown)."""
+
+    def __call__(self, ahead: int, wait_s: float = 0.0) -> None: ...
+
+
+# (request, decoded images, report-queue-position) -> async context manager around GPU work.
+# An admission object may also have ``async fit(request, images) -> (images, events)``,
+# called before the plan (it may downscale images that could never fit, or refuse).
 Admission = Callable[
-    [AskRequest, Sequence[image_checks.CheckedImage], Callable[[int], None]],
+    [AskRequest, Sequence[image_checks.CheckedImage], QueueReport],
     AbstractAsyncContextManager[Any],
 ]
 
@@ -96,7 +104,7 @@ Admission = Callable[
 def no_admission(
     request: AskRequest,
     images: Sequence[image_checks.CheckedImage],
-    report: Callable[[int], None],
+    report: QueueReport,
 ) -> AbstractAsyncContextManager[Any]:
     return nullcontext()
 
@@ -161,10 +169,18 @@ class Engine:
             checked: list[image_checks.CheckedImage] = []
             async for event in self._decode(request.images, checked):
                 yield event
+            if (fit := getattr(self.admission, "fit", None)) is not None:
+                checked, notices = await fit(request, checked)
+                for notice in notices:
+                    yield notice
             plan = await self._plan(request, question, conversation, checked, sampling, start)
             events: asyncio.Queue[Event] = asyncio.Queue()
             admission = self.admission(
-                request, checked, lambda ahead: events.put_nowait(Stage("queued", ahead=ahead))
+                request,
+                checked,
+                lambda ahead, wait_s=0.0: events.put_nowait(
+                    Stage("queued", ahead=ahead, wait_s=wait_s)
+                ),
             )
             async with _Entered(admission, events) as waiting:
                 async for event in waiting:
@@ -396,12 +412,13 @@ class _Entered:
         self.manager = manager
         self.events = events
         self.entered = False
+        self.entering: asyncio.Future[Any] | None = None
 
     async def __aenter__(self) -> AsyncIterator[Event]:
         return self._wait()
 
     async def _wait(self) -> AsyncIterator[Event]:
-        entering = asyncio.ensure_future(self.manager.__aenter__())
+        self.entering = entering = asyncio.ensure_future(self.manager.__aenter__())
         try:
             while not entering.done():
                 getter = asyncio.ensure_future(self.events.get())
@@ -419,6 +436,17 @@ class _Entered:
             raise
 
     async def __aexit__(self, *exc: Any) -> bool | None:
-        if not self.entered:
+        if not self.entered and not self._granted():
             return None
         return await self.manager.__aexit__(*exc)
+
+    def _granted(self) -> bool:
+        """Whether the manager was entered although the caller left before ``_wait`` saw
+        it (while relaying a queued event): that reservation must be released too."""
+        entering = self.entering
+        if entering is None:
+            return False
+        if not entering.done():
+            entering.cancel()  # still waiting: the manager's own cancellation path cleans up
+            return False
+        return not entering.cancelled() and entering.exception() is None

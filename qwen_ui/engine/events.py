@@ -12,11 +12,12 @@ from typing import Any, Literal
 
 from qwen_ui.errors import QwenUIError
 
-StageName = Literal["queued", "loading_model", "decoding", "encoding", "answering"]
+StageName = Literal["queued", "downscaled", "loading_model", "decoding", "encoding", "answering"]
 
 # Where each stage sits on the overall progress bar (start, end), in the order they run.
 _SPANS: dict[str, tuple[float, float]] = {
     "decoding": (0.0, 0.15),
+    "downscaled": (0.15, 0.15),
     "queued": (0.15, 0.15),
     "loading_model": (0.15, 0.2),
     "encoding": (0.2, 0.5),
@@ -25,12 +26,17 @@ _SPANS: dict[str, tuple[float, float]] = {
 
 _LABELS: dict[str, dict[str, str]] = {
     "queued": {"en": "Waiting in line: {ahead} ahead", "zh": "排队中：前面还有 {ahead} 个"},
+    "downscaled": {
+        "en": "Images reduced to at most {max_pixels} pixels each to fit the server's memory",
+        "zh": "为适应服务器显存，图片已缩小至每张最多 {max_pixels} 像素",
+    },
     "loading_model": {"en": "Loading the model", "zh": "正在加载模型"},
     "decoding": {"en": "Decoding image {index}/{total}", "zh": "正在解码图片 {index}/{total}"},
     "encoding": {"en": "Encoding image {index}/{total}", "zh": "正在编码图片 {index}/{total}"},
     "answering": {"en": "Answering", "zh": "正在回答"},
 }
 _CACHED = {"en": " (cached)", "zh": "（缓存）"}
+_WAIT = {"en": " (about {wait_s:.0f} s)", "zh": "（约 {wait_s:.0f} 秒）"}
 
 
 class Event:
@@ -55,6 +61,8 @@ class Stage(Event):
     cached: bool = False
     ahead: int = 0
     progress: float = 0.0
+    wait_s: float = 0.0  # "queued": estimated wait (0: unknown)
+    max_pixels: int = 0  # "downscaled": the request's lower pixel bound per image
     type: str = field(default="stage", init=False)
 
     @classmethod
@@ -67,8 +75,10 @@ class Stage(Event):
     def label(self, lang: str = "en") -> str:
         lang = "zh" if lang == "zh" else "en"
         text = _LABELS[self.stage][lang].format(
-            index=self.index, total=self.total, ahead=self.ahead
+            index=self.index, total=self.total, ahead=self.ahead, max_pixels=self.max_pixels
         )
+        if self.stage == "queued" and self.wait_s > 0:
+            text += _WAIT[lang].format(wait_s=self.wait_s)
         return text + (_CACHED[lang] if self.cached else "")
 
 

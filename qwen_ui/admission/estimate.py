@@ -1,0 +1,156 @@
+"""A request's peak memory on the device, from the model's shape and the request's shape.
+
+The engine runs a request in phases, one after the other on its worker: the vision tower
+encodes each new image alone (its activations are freed before the next image), then the
+language model prefills the whole prompt once (computing logits for the last position
+only), then decodes one token at a time into a KV cache that grows to
+``prompt + max_new_tokens`` positions. The estimate is the largest phase, plus a fixed
+workspace for kernels and the allocator's rounding:
+
+* **vision** (per image of ``N`` patches, width ``C``): the float32 pixel patches and their
+  cast, the residual stream, RMSNorm's float32 temporaries, the fused qkv projection and
+  rotary's float32 copies of q and k, or the MLP's three ``[N, intermediate]`` tensors,
+  whichever is larger. With SDPA/flash kernels attention itself keeps no score matrix;
+  with ``eager`` attention each window (or the whole image, in full-attention blocks)
+  holds a ``heads × n × n`` float32 score matrix, and that term is added.
+* **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache for ``L``
+  positions, the prompt embeddings and the image features, and one decoder layer's
+  transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors;
+  or RMSNorm's float32 copies when those are larger).
+* **decode**: the KV cache for ``L + max_new_tokens`` positions plus one layer's copy while
+  the cache grows (``torch.cat``), and the logits of one position.
+
+Coefficients below count tensors alive at the same moment in transformers' Qwen2.5-VL
+code (``modeling_qwen2_5_vl.py``, 5.x); ``tests/admission/test_estimate.py`` checks the
+total against the allocator's measured peak on the CPU, and
+``bench/bench_admission_gpu.py`` does the same on CUDA with the full-size model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from qwen_ui.admission.shape import ModelShape, TextShape, VisionShape
+from qwen_ui.admission.tokens import ImageGrid
+
+MiB = 1024 * 1024
+F32 = 4
+WORKSPACE_BYTES = 48 * MiB  # kernel workspaces, allocator rounding, small tensors
+FLASH_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What a request will put through the model."""
+
+    encode: Sequence[ImageGrid] = ()  # images the vision tower must encode (cache misses)
+    image_tokens: int = 0  # image tokens in the prompt (new and earlier turns, cached or not)
+    text_tokens: int = 0  # every other prompt token (chat template, questions, answers)
+    max_new_tokens: int = 1
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.image_tokens + self.text_tokens
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Peak bytes per phase; ``total`` is what admission reserves."""
+
+    vision: int
+    prefill: int
+    decode: int
+    workspace: int = WORKSPACE_BYTES
+    parts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return max(self.vision, self.prefill, self.decode) + self.workspace
+
+    @property
+    def peak_phase(self) -> str:
+        phases = {"vision": self.vision, "prefill": self.prefill, "decode": self.decode}
+        return max(phases, key=lambda k: phases[k])
+
+
+def estimate(request: RequestShape, model: ModelShape) -> Estimate:
+    vision = max((vision_peak(g.patches, model) for g in request.encode), default=0)
+    prefill = prefill_peak(request, model)
+    decode = decode_peak(request, model)
+    kv = model.kv_bytes_per_token * (request.prompt_tokens + request.max_new_tokens)
+    return Estimate(vision, prefill, decode, parts={"kv_cache": kv})
+
+
+# --- vision tower ---------------------------------------------------------------------
+
+
+def vision_peak(patches: int, model: ModelShape) -> int:
+    v, b, n = model.vision, model.dtype_bytes, patches
+    pixels = n * v.patch_input * F32  # float32 patches from the processor, on the device
+    rope = 2 * n * (v.hidden // v.heads) * F32  # cos and sin, float32, all blocks
+    embed = n * v.patch_input * b + n * v.hidden * b  # the cast and the conv output
+    block = max(_vision_attention(n, v, b), _vision_mlp(n, v, b))
+    merger = n * v.hidden * (b + 2 * F32) + (n // v.merge_unit) * v.out_hidden * 2 * b
+    return pixels + rope + max(embed, block, merger) + _scores(n, model)
+
+
+def _vision_attention(n: int, v: VisionShape, b: int) -> int:
+    c = v.hidden
+    # residual + normed input + qkv (3c) + float32 q, k and two rotary temporaries
+    # + the attention output and its contiguous copy
+    return n * c * (2 * b + 3 * b + 4 * F32 + 2 * b)
+
+
+def _vision_mlp(n: int, v: VisionShape, b: int) -> int:
+    # residual + normed input + act(gate), up and their product
+    return n * (2 * v.hidden * b + 3 * v.intermediate * b)
+
+
+def _scores(n: int, model: ModelShape) -> int:
+    """Attention score matrices: none with SDPA/flash kernels; eager keeps one per chunk."""
+    if model.attn_implementation in FLASH_KERNELS:
+        return 0
+    v = model.vision
+    longest = n if v.full_blocks else min(n, v.window_patches or n)
+    # scores in the compute dtype, softmax in float32, cast back
+    return v.heads * longest * longest * (2 * model.dtype_bytes + F32)
+
+
+# --- language model -------------------------------------------------------------------
+
+
+def prefill_peak(request: RequestShape, model: ModelShape) -> int:
+    t, b = model.text, model.dtype_bytes
+    length = request.prompt_tokens
+    kv = model.kv_bytes_per_token * length
+    kv_copy = length * t.kv_heads * t.head_dim * b  # one layer's keys while the cache copies
+    inputs = length * t.hidden * b + 2 * request.image_tokens * t.hidden * b
+    positions = length * (3 * 8 + 2 * t.head_dim * (F32 + b))
+    layer = max(_decoder_attention(length, t, b), _decoder_mlp(length, t, b))
+    return kv + kv_copy + inputs + positions + layer + _logits(t, b)
+
+
+def _decoder_attention(length: int, t: TextShape, b: int) -> int:
+    q, kv = t.heads * t.head_dim, t.kv_heads * t.head_dim
+    # residual + normed input + q (with its bias sum) + k, v + rotary temporaries on q
+    # + the attention output and its contiguous copy + o_proj
+    return length * b * (2 * t.hidden + 2 * q + 2 * kv + 3 * q + 2 * q + t.hidden)
+
+
+def _decoder_mlp(length: int, t: TextShape, b: int) -> int:
+    norm = length * t.hidden * (b + 3 * F32)  # RMSNorm's float32 copies (also the last norm)
+    mlp = length * (2 * t.hidden * b + 3 * t.intermediate * b)
+    return max(norm + length * t.hidden * b, mlp)
+
+
+def _logits(t: TextShape, b: int) -> int:
+    return t.vocab * (b + 2 * F32)  # one position: logits, float copy, softmax
+
+
+def decode_peak(request: RequestShape, model: ModelShape) -> int:
+    t, b = model.text, model.dtype_bytes
+    length = request.prompt_tokens + request.max_new_tokens
+    kv = model.kv_bytes_per_token * length
+    growing = 2 * length * t.kv_heads * t.head_dim * b  # one layer's K and V copied by cat
+    return kv + growing + _logits(t, b) + 64 * t.hidden * F32

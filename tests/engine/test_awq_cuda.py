@@ -1,0 +1,57 @@
+"""The CUDA int4 path (``torch._weight_int4pack_mm``): run on the GPU machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from qwen_ui.engine.awq import Int4Linear, dequantize_awq
+from qwen_ui.engine.generate import Generation, Prompt, SamplingOptions, run
+from qwen_ui.engine.loading import load_model
+from tests.engine.support import awq_pack, awq_quantize
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    return torch.device("cuda")
+
+
+def test_cuda_kernel_matches_dequantized_reference(cuda: torch.device) -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(512, 1024) * 0.05
+    q, z, s = awq_quantize(weight)
+    qweight, qzeros = awq_pack(q), awq_pack(z)
+    layer = Int4Linear.from_awq(qweight, qzeros, s, None, 128, cuda, torch.bfloat16)
+    assert not layer.dequantized
+    x = torch.randn(7, 1024)
+    reference = x @ dequantize_awq(qweight, qzeros, s, 128).t()
+    out = layer(x.to(cuda, torch.bfloat16)).float().cpu()
+    cosine = nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0)
+    assert cosine.item() >= 0.999
+
+
+def test_cuda_awq_model_generates_like_cpu_reference(
+    cuda: torch.device, tiny_dirs: dict[str, Path]
+) -> None:
+    gpu: Any = load_model(tiny_dirs["awq"], cuda, torch.bfloat16)
+    assert all(not m.dequantized for m in gpu.modules() if isinstance(m, Int4Linear))
+    ids = torch.tensor([[1, 5, 9, 30, 40, 77, 120, 3, 8]])
+    with torch.no_grad():
+        logits = gpu(input_ids=ids.to(cuda)).logits.float().cpu()
+    cpu: Any = load_model(tiny_dirs["awq"], torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        expected = cpu(input_ids=ids).logits
+    cosine = nn.functional.cosine_similarity(logits.flatten(), expected.flatten(), dim=0)
+    assert cosine.item() >= 0.99  # bf16 activations vs float32
+    tokens: list[int] = []
+    prompt = Prompt(ids.to(cuda), torch.zeros_like(ids, dtype=torch.int32).to(cuda), None)
+    run(Generation(gpu, prompt, SamplingOptions(8)), [], tokens.append, lambda: False)
+    assert len(tokens) == 8

@@ -17,7 +17,7 @@ from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import Settings
 from qwen_ui.state import open_state
 from qwen_ui.store import ModelStore
-from qwen_ui.web import api, auth_setup, errors, health, metrics
+from qwen_ui.web import admission_setup, api, auth_setup, errors, health, metrics
 from qwen_ui.web.theme import load_theme
 from qwen_ui.web.ui import build_ui
 
@@ -29,6 +29,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     app.state.state = open_state(settings.redis_url)
     app.state.auth = auth_setup.start(settings, app.state.state)
+    admission_setup.start(app)
     await api.start_engine(app)
     log.info(
         "qwen-ui %s starting: model %s, state %s",
@@ -74,6 +75,7 @@ def _init_state(app: FastAPI, settings: Settings) -> None:
     app.state.store = ModelStore(settings.model_path)
     app.state.metrics = metrics.Metrics()
     app.state.metrics.watch_engine(lambda: app.state.engine_status)
+    admission_setup.init(app)
     api.init(app)
 
 

@@ -45,20 +45,27 @@ class Embedding:
 
     features: torch.Tensor  # [tokens, hidden], on the CPU
     grid_thw: tuple[int, int, int]
+    deepstack: torch.Tensor | None = None  # Qwen3-VL: [layers, tokens, hidden]
 
     @property
     def nbytes(self) -> int:
-        return self.features.numel() * self.features.element_size()
+        extra = 0 if self.deepstack is None else self.deepstack.numel()
+        return (self.features.numel() + extra) * self.features.element_size()
 
     def to_bytes(self) -> bytes:
-        grid = torch.tensor(self.grid_thw, dtype=torch.int64)
-        return st_save({"features": self.features.contiguous(), "grid_thw": grid})
+        tensors = {
+            "features": self.features.contiguous(),
+            "grid_thw": torch.tensor(self.grid_thw, dtype=torch.int64),
+        }
+        if self.deepstack is not None:
+            tensors["deepstack"] = self.deepstack.contiguous()
+        return st_save(tensors)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Embedding:
         tensors = st_load(data)
         t, h, w = (int(v) for v in tensors["grid_thw"].tolist())
-        return cls(tensors["features"], (t, h, w))
+        return cls(tensors["features"], (t, h, w), tensors.get("deepstack"))
 
 
 class MemoryLRU:

@@ -33,6 +33,13 @@ class SamplingOptions:
 
 
 @dataclass
+class ImageOutputs(BaseModelOutputWithPooling):
+    """Precomputed vision outputs with Qwen3-VL's deepstack features."""
+
+    deepstack_features: list[tuple[torch.Tensor, ...]] | None = None
+
+
+@dataclass
 class Prompt:
     """A tokenized prompt with its images' precomputed embeddings (in prompt order)."""
 
@@ -40,6 +47,17 @@ class Prompt:
     mm_token_type_ids: torch.Tensor  # [1, L], 1 at image tokens
     image_grid_thw: torch.Tensor | None  # [n, 3]
     image_features: list[torch.Tensor] = field(default_factory=list)
+    deepstack: list[torch.Tensor] = field(default_factory=list)  # Qwen3-VL, per image
+
+    def encoder_outputs(self, device: torch.device) -> Any:
+        """What ``mm_encoder_outputs["image"]`` expects: one tensor per image, plus per
+        deepstack layer a tuple of per-image tensors (Qwen3-VL)."""
+        pooled = tuple(f.to(device) for f in self.image_features)
+        if not self.deepstack:
+            return BaseModelOutputWithPooling(pooler_output=pooled)  # type: ignore[arg-type]
+        layers = self.deepstack[0].shape[0]
+        deepstack = [tuple(d[i].to(device) for d in self.deepstack) for i in range(layers)]
+        return ImageOutputs(pooler_output=pooled, deepstack_features=deepstack)  # type: ignore[arg-type]
 
     @property
     def length(self) -> int:
@@ -83,10 +101,7 @@ class Generation:
         positions, self.rope_delta = prompt_positions(self.model, self.prompt)
         kwargs: dict[str, Any] = {}
         if self.prompt.image_features:
-            pooled = tuple(f.to(self.device) for f in self.prompt.image_features)
-            kwargs["mm_encoder_outputs"] = {
-                "image": BaseModelOutputWithPooling(pooler_output=pooled)  # type: ignore[arg-type]
-            }
+            kwargs["mm_encoder_outputs"] = {"image": self.prompt.encoder_outputs(self.device)}
             kwargs["image_grid_thw"] = self.prompt.image_grid_thw
             kwargs["mm_token_type_ids"] = self.prompt.mm_token_type_ids
         out = self.model(

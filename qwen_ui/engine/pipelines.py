@@ -99,7 +99,11 @@ class VisionPipeline:
         out = self.model.model.get_image_features(pixels, grid, return_dict=True)
         features = out.pooler_output[0].detach().to("cpu")
         t, h, w = (int(v) for v in grid[0].tolist())
-        return Embedding(features, (t, h, w))
+        deepstack = getattr(out, "deepstack_features", None)  # Qwen3-VL only
+        stacked = None
+        if deepstack:
+            stacked = torch.stack([layer[0].detach() for layer in deepstack]).to("cpu")
+        return Embedding(features, (t, h, w), stacked)
 
 
 class LanguagePipeline:
@@ -127,7 +131,10 @@ class LanguagePipeline:
         grid = None
         if embeddings:
             grid = torch.tensor([e.grid_thw for e in embeddings], device=self.device)
-        return Prompt(ids, type_ids, grid, [e.features for e in embeddings])
+        deepstack = [e.deepstack for e in embeddings if e.deepstack is not None]
+        if deepstack and len(deepstack) != len(embeddings):
+            raise UnsupportedModel(reason="cached image embeddings lack deepstack features")
+        return Prompt(ids, type_ids, grid, [e.features for e in embeddings], deepstack)
 
     def decode(self, tokens: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))

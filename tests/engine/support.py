@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -231,4 +232,105 @@ def write_awq_checkpoint(src: Path, out: Path) -> Path:
         "modules_to_not_convert": ["visual"],
     }
     (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+# --- other Qwen-VL families (mechanics only) ------------------------------------------
+
+
+def build_family_model(family: str, out: Path, seed: int = 0) -> Path:
+    """A tiny random Qwen2-VL or Qwen3-VL checkpoint with tokenizer and processor."""
+    from transformers import (
+        Qwen2VLConfig,
+        Qwen2VLProcessor,
+        Qwen3VLConfig,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer()
+    ids = tokenizer.convert_tokens_to_ids
+    special = {
+        "image_token_id": ids("<|image_pad|>"),
+        "video_token_id": ids("<|video_pad|>"),
+        "vision_start_token_id": ids("<|vision_start|>"),
+        "vision_end_token_id": ids("<|vision_end|>"),
+        "tie_word_embeddings": False,
+    }
+    text = {
+        "vocab_size": 512,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "max_position_embeddings": 4096,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [8, 12, 12],
+        },
+        "eos_token_id": ids("<|im_end|>"),
+        "tie_word_embeddings": False,
+    }
+    config: Any
+    if family == "qwen2_vl":
+        vision = {
+            "depth": 2,
+            "embed_dim": 64,
+            "hidden_size": 128,
+            "num_heads": 2,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+        }
+        config = Qwen2VLConfig(text_config=text, vision_config=vision, **special)
+        image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
+        processor: Any = Qwen2VLProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=Qwen2VLVideoProcessor(),
+            chat_template=CHAT_TEMPLATE,
+        )
+    elif family == "qwen3_vl":
+        vision = {
+            "depth": 3,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "out_hidden_size": 128,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0, 1],
+        }
+        text["rope_parameters"]["mrope_interleaved"] = True  # type: ignore[index]
+        config = Qwen3VLConfig(text_config=text, vision_config=vision, **special)
+        image_processor = Qwen2VLImageProcessor(
+            min_pixels=64 * 64,
+            max_pixels=128 * 128,
+            patch_size=16,
+            merge_size=2,
+            image_mean=[0.5, 0.5, 0.5],
+            image_std=[0.5, 0.5, 0.5],
+        )
+        processor = Qwen3VLProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=Qwen3VLVideoProcessor(),
+            chat_template=CHAT_TEMPLATE,
+        )
+    else:
+        raise ValueError(family)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, 0.08)
+    model.generation_config.eos_token_id = [ids("<|im_end|>")]
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
     return out

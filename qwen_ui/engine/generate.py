@@ -33,7 +33,7 @@ class SamplingOptions:
 
 
 @dataclass
-class ImageOutputs(BaseModelOutputWithPooling):
+class ImageOutputs(BaseModelOutputWithPooling):  # type: ignore[misc]
     """Precomputed vision outputs with Qwen3-VL's deepstack features."""
 
     deepstack_features: list[tuple[torch.Tensor, ...]] | None = None

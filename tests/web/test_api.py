@@ -99,3 +99,16 @@ def test_other_tenants_conversation_is_not_found(api_client: TestClient) -> None
     response = post(api_client, "And?", [], conversation_id=str(done["conversation_id"]))
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "conversation_not_found"
+
+
+def test_preload_loads_at_start_up(tmp_path: Path, tiny_model: Path) -> None:
+    import time
+
+    settings = tiny_settings(tmp_path / "home", preload=True)
+    ModelStore(settings.model_path).install(tiny_model, TINY_ID, "bf16")
+    with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/healthz").json()["engine"] != "ready":
+            assert time.monotonic() < deadline, "preload never finished"
+            time.sleep(0.05)
+        assert client.app.state.engine.pipelines.is_loaded  # type: ignore[attr-defined]

@@ -83,11 +83,14 @@ def test_attach_respects_max_images(web: TestClient, secret_watch: SecretWatch) 
     assert len(value["files"]) == limit
 
 
-def test_panel_builds_inside_blocks(web: TestClient) -> None:
+async def test_panel_builds_inside_blocks() -> None:
+    """(Async: Gradio leaks an event loop when Blocks are built outside a running one.)"""
+    from fastapi import FastAPI
+
     from qwen_ui.web.oss_panel import build_oss_panel
 
     with gr.Blocks() as blocks:
         question = gr.MultimodalTextbox(file_count="multiple")
-        build_oss_panel(web.app, blocks, question)  # type: ignore[arg-type]
+        build_oss_panel(FastAPI(), blocks, question)
     ids = {getattr(block, "elem_id", None) for block in blocks.blocks.values()}
     assert {"qwen-oss", "qwen-oss-list", "qwen-oss-attach"} <= ids

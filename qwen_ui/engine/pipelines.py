@@ -85,9 +85,10 @@ class VisionPipeline:
         self.image_processor = processor.image_processor
         self.model = model
         self.device = model.device
-        self.size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
+        low, high = pixel_bounds(self.image_processor, spec.min_pixels, spec.max_pixels)
+        self.size = {"shortest_edge": low, "longest_edge": high}
         self.settings_key = (
-            f"min={spec.min_pixels},max={spec.max_pixels},"
+            f"min={low},max={high},"
             f"patch={self.image_processor.patch_size},merge={self.image_processor.merge_size}"
         )
 
@@ -104,6 +105,21 @@ class VisionPipeline:
         if deepstack:
             stacked = torch.stack([layer[0].detach() for layer in deepstack]).to("cpu")
         return Embedding(features, (t, h, w), stacked)
+
+
+def pixel_bounds(image_processor: Any, low: int, high: int) -> tuple[int, int]:
+    """The settings' pixel bounds, tightened by the model's own processor bounds: a model
+    trained on small images (the demo) keeps seeing them at the size it was trained on."""
+    size = getattr(image_processor, "size", None)
+    own_low, own_high = (
+        size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+        for key in ("shortest_edge", "longest_edge")
+    )
+    if own_high:
+        high = min(high, int(own_high))
+    if own_low:
+        low = max(low, int(own_low))
+    return min(low, high), high
 
 
 class LanguagePipeline:

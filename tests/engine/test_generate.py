@@ -128,3 +128,15 @@ def test_text_stream_never_splits_characters(loaded: Loaded) -> None:
     deltas = [stream.push(i) for i in ids]
     assert "".join(deltas) == text == stream.text()
     assert all("\ufffd" not in d for d in deltas)
+
+
+def test_pixel_bounds_take_the_tighter_of_settings_and_model() -> None:
+    from types import SimpleNamespace
+
+    from qwen_ui.engine.pipelines import pixel_bounds
+
+    demo = SimpleNamespace(size={"shortest_edge": 3136, "longest_edge": 112_896})
+    assert pixel_bounds(demo, 3136, 1_003_520) == (3136, 112_896)
+    official = SimpleNamespace(size={"shortest_edge": 3136, "longest_edge": 12_845_056})
+    assert pixel_bounds(official, 6272, 1_003_520) == (6272, 1_003_520)
+    assert pixel_bounds(SimpleNamespace(size=None), 100, 200) == (100, 200)

@@ -1,0 +1,566 @@
+"""Admission benchmark: the memory estimate against the allocator's measured peak, then a
+concurrent load under an "A10 profile", on the full-size Qwen2.5-VL-7B architecture with
+random weights in the AutoAWQ layout (what the engine serves in production).
+
+    python bench/bench_admission_gpu.py            # on the H200: both phases (~8 min)
+    python bench/bench_admission_gpu.py --quick    # fewer cases and requests (~4 min)
+    python bench/bench_admission_gpu.py --device cpu --arch tiny --quick   # CPU dry run
+
+Phases (``--phase accuracy|load|all``):
+
+* **accuracy**: requests of 1-8 images of assorted sizes (plus a text-only one), one at a
+  time through ``Engine.ask``; for each, the measured peak (CUDA: ``max_memory_allocated``
+  minus ``memory_allocated`` before the request; CPU: the profiler's allocation timeline
+  of the engine's worker thread) beside admission's estimate for the same request. The
+  bar: ``measured <= estimate <= 1.3 * measured`` for every request.
+* **load**: the device limited to 22 GiB (``torch.cuda.set_per_process_memory_fraction``),
+  the admission budget = 22 GiB minus the weights measured after loading; ``--requests``
+  (>= 200) questions of random shapes from ``--concurrency`` (>= 16) clients of two tenants
+  through the engine and the admission seam. The bar: zero CUDA out-of-memory errors
+  (``num_ooms``), every request answered or refused with a typed busy error, the peak
+  within 22 GiB and the controller's reserved bytes never above its budget.
+
+The checkpoint (about 7 GB, random) is written once under ``--workdir`` (default
+``artifacts/bench-admission``) and reused. Prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import logging
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig
+
+from qwen_ui.admission.seam import EngineAdmission, build
+from qwen_ui.demo import modelcfg
+from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
+from qwen_ui.engine.events import Done, Failed
+from qwen_ui.settings import Settings
+from qwen_ui.state import MemoryState
+
+log = logging.getLogger("bench_admission")
+GiB = 1024**3
+DEMO_FILES = Path(__file__).resolve().parent.parent / "qwen_ui" / "demo" / "weights" / "bf16"
+AWQ_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+GROUP = 128
+A10_LIMIT = 22 * GiB
+
+# Qwen2.5-VL-7B-Instruct's published sizes; token ids from the demo tokenizer.
+ARCH: dict[str, dict[str, Any]] = {
+    "7b": {
+        "text": {
+            "vocab_size": 152064,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 128000,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 1000000.0,
+                "mrope_section": [16, 24, 24],
+            },
+        },
+        "vision": {
+            "depth": 32,
+            "hidden_size": 1280,
+            "intermediate_size": 3420,
+            "num_heads": 16,
+            "out_hidden_size": 3584,
+            "window_size": 112,
+            "fullatt_block_indexes": [7, 15, 23, 31],
+        },
+    },
+    "tiny": {
+        "text": {
+            "vocab_size": 2048,
+            "hidden_size": 256,
+            "intermediate_size": 768,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 32768,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [8, 12, 12],
+            },
+        },
+        "vision": {
+            "depth": 2,
+            "hidden_size": 128,
+            "intermediate_size": 384,
+            "num_heads": 2,
+            "out_hidden_size": 256,
+            "window_size": 112,
+            "fullatt_block_indexes": [1],
+        },
+    },
+}
+
+
+# --- the checkpoint ------------------------------------------------------------------
+
+
+def model_config(arch: str, layers: int | None, depth: int | None) -> Qwen2_5_VLConfig:
+    text = dict(ARCH[arch]["text"])
+    vision = dict(ARCH[arch]["vision"])
+    if layers:
+        text["num_hidden_layers"] = layers
+    if depth:
+        vision["depth"] = depth
+        vision["fullatt_block_indexes"] = [i for i in vision["fullatt_block_indexes"] if i < depth]
+        vision["fullatt_block_indexes"] = vision["fullatt_block_indexes"] or [depth - 1]
+    text.update(
+        hidden_act="silu",
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        bos_token_id=modelcfg.ENDOFTEXT_ID,
+        eos_token_id=modelcfg.IM_END_ID,
+        pad_token_id=modelcfg.ENDOFTEXT_ID,
+    )
+    vision.update(patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    vision["hidden_act"] = "silu"
+    return Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=modelcfg.IMAGE_PAD_ID,
+        video_token_id=modelcfg.VIDEO_PAD_ID,
+        vision_start_token_id=modelcfg.VISION_START_ID,
+        vision_end_token_id=modelcfg.VISION_END_ID,
+        tie_word_embeddings=False,
+    )
+
+
+def official_name(name: str) -> str:
+    if name.startswith("model.visual."):
+        return name[len("model.") :]
+    if name.startswith("model.language_model."):
+        return "model." + name[len("model.language_model.") :]
+    return name
+
+
+def random_tensors(config: Qwen2_5_VLConfig, seed: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every checkpoint tensor, random, in AutoAWQ layout for the decoder's linears."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float16)
+    for name, param in model.named_parameters():
+        module, _, leaf = name.rpartition(".")
+        awq = module.split(".")[-1] in AWQ_LINEARS and ".visual." not in name
+        if awq and leaf == "weight":
+            out_f, in_f = param.shape
+            base = official_name(module)
+            yield f"{base}.qweight", _int32((in_f, out_f // 8), gen)
+            yield f"{base}.qzeros", _int32((in_f // GROUP, out_f // 8), gen)
+            yield f"{base}.scales", torch.rand(in_f // GROUP, out_f, generator=gen).half() * 2e-3
+        elif "norm" in name and leaf == "weight":
+            yield official_name(name), torch.ones(param.shape, dtype=torch.float16)
+        else:
+            std = 0.02 if param.dim() > 1 else 0.01
+            yield official_name(name), (torch.randn(param.shape, generator=gen) * std).half()
+
+
+def _int32(shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
+    return torch.randint(-(2**31), 2**31 - 1, shape, generator=gen, dtype=torch.int64).to(
+        torch.int32
+    )
+
+
+def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path:
+    """A random AutoAWQ checkpoint (about 7 GB for the 7B architecture), written once."""
+    if (out / "config.json").exists():
+        return out
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".writing-"))
+    shard: dict[str, torch.Tensor] = {}
+    size, index = 0, 0
+    for name, tensor in random_tensors(config, seed):
+        shard[name] = tensor.contiguous()
+        size += tensor.numel() * tensor.element_size()
+        if size > 2 * GiB:
+            index += 1
+            save_file(shard, str(tmp / f"model-{index:05d}.safetensors"), {"format": "pt"})
+            shard, size = {}, 0
+    if shard:
+        save_file(shard, str(tmp / f"model-{index + 1:05d}.safetensors"), {"format": "pt"})
+    data = config.to_dict()
+    data["dtype"] = "float16"
+    data["quantization_config"] = {
+        "bits": 4,
+        "group_size": GROUP,
+        "quant_method": "awq",
+        "version": "gemm",
+        "zero_point": True,
+        "modules_to_not_convert": ["visual"],
+    }
+    (tmp / "config.json").write_text(json.dumps(data, indent=2))
+    for item in DEMO_FILES.iterdir():
+        shutil.copy(item, tmp / item.name)
+    tmp.rename(out)
+    return out
+
+
+@dataclass(frozen=True)
+class DirSnapshot:
+    path: Path
+    id: str
+
+
+class DirStore:
+    """A store that resolves every model to one folder (the bench's checkpoint)."""
+
+    def __init__(self, path: Path) -> None:
+        self.snapshot = DirSnapshot(path, f"bench-{path.name}")
+
+    def resolve(self, model_id: str, revision: str) -> DirSnapshot:
+        return self.snapshot
+
+
+# --- measuring -----------------------------------------------------------------------
+
+
+class Meter:
+    """Peak bytes allocated during a request, above what was allocated before it."""
+
+    def __init__(self, engine: Engine, device: torch.device) -> None:
+        self.engine = engine
+        self.device = device
+
+    @contextmanager
+    def cuda(self) -> Iterator[Callable[[], int]]:
+        torch.cuda.synchronize(self.device)
+        before = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        peak: list[int] = []
+        yield lambda: peak[0]
+        torch.cuda.synchronize(self.device)
+        peak.append(torch.cuda.max_memory_allocated(self.device) - before)
+
+    async def measure(self, request: AskRequest) -> tuple[int, list[Any]]:
+        if self.device.type == "cuda":
+            with self.cuda() as peak:
+                events = [e async for e in self.engine.ask(request)]
+            return peak(), events
+        return await self._cpu(request)
+
+    async def _cpu(self, request: AskRequest) -> tuple[int, list[Any]]:
+        """The profiler runs on the engine's worker thread (it records one thread)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(
+            activities=[ProfilerActivity.CPU],
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=True,
+        )
+        await self._on_worker(prof.__enter__)
+        events = [e async for e in self.engine.ask(request)]
+        await self._on_worker(lambda: prof.__exit__(None, None, None))
+        return cpu_peak(prof), events
+
+    async def _on_worker(self, fn: Callable[[], Any]) -> None:
+        job = self.engine.worker.submit(lambda _job: fn())
+        async for _ in job.events():
+            pass
+
+
+def cpu_peak(prof: Any) -> int:
+    from torch.profiler._memory_profiler import Action
+
+    live = peak = 0
+    for _t, action, _key, size in prof._memory_profile().timeline:
+        if action == Action.CREATE:
+            live += size
+        elif action == Action.DESTROY:
+            live -= size
+        peak = max(peak, live)
+    return peak
+
+
+# --- requests ------------------------------------------------------------------------
+
+SIZES = [
+    (224, 224),
+    (640, 480),
+    (1024, 768),
+    (1280, 720),
+    (1920, 1080),
+    (800, 1200),
+    (448, 1344),
+    (3000, 2000),
+    (300, 4000),
+    (96, 96),
+]
+
+
+def image_bytes(size: tuple[int, int], rng: random.Random) -> bytes:
+    """A noise JPEG (random content: no two images share a cache entry)."""
+    width, height = size
+    small = Image.frombytes("RGB", (32, 32), rng.randbytes(32 * 32 * 3))
+    buf = io.BytesIO()
+    small.resize((width, height), Image.Resampling.BILINEAR).save(buf, "JPEG", quality=85)
+    return buf.getvalue()
+
+
+def request_of(
+    tenant: str, sizes: list[tuple[int, int]], max_new: int, rng: random.Random
+) -> AskRequest:
+    question = "Describe what differs between these pictures, in detail. " * rng.randint(1, 4)
+    return AskRequest(
+        tenant=tenant,
+        question=question,
+        images=[image_bytes(s, rng) for s in sizes],
+        options=AskOptions(max_new_tokens=max_new),
+    )
+
+
+def accuracy_cases(quick: bool, rng: random.Random) -> list[tuple[list[tuple[int, int]], int]]:
+    counts = [0, 1, 2, 4, 8] if quick else [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    cases = []
+    for n in counts:
+        sizes = [SIZES[(n + i * 3) % len(SIZES)] for i in range(n)]
+        cases.append((sizes, rng.choice([16, 64, 256])))
+    if not quick:  # decode-dominated: one small image, a long answer
+        cases.append(([(224, 224)], 1024))
+        cases.append(([SIZES[4]] * 8, 32))
+    return cases
+
+
+# --- the phases ----------------------------------------------------------------------
+
+
+def settings_for(workdir: Path, device: str, **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "home": workdir / "home",
+        "model_id": "bench/qwen2.5-vl-random",
+        "model_revision": "awq",
+        "device": device,
+        "max_images": 8,
+        "max_image_pixels": 50_000_000,
+        "embed_cache_bytes": 0,
+        "max_new_tokens": 64,
+        "max_new_tokens_limit": 2048,
+        "queue_timeout_s": 600,
+    }
+    values.update(extra)
+    return Settings(**values)
+
+
+async def started(settings: Settings, path: Path) -> tuple[Engine, EngineAdmission]:
+    holder: dict[str, Engine] = {}
+    admission = build(settings, lambda: holder.get("engine"), tenant_limit=lambda t: 8)
+    engine = Engine(settings, DirStore(path), MemoryState(), admission=admission)
+    holder["engine"] = engine
+    engine.start()
+    return engine, admission
+
+
+async def accuracy(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    settings = settings_for(args.workdir, args.device, downscale_to_fit=False)
+    engine, admission = await started(settings, path)
+    device = admission.device
+    meter = Meter(engine, device)
+    rng = random.Random(1)
+    rows = []
+    try:
+        t0 = time.perf_counter()
+        warm = await meter.measure(request_of("warm", [(640, 480)], 8, rng))
+        load_s = time.perf_counter() - t0
+        _expect_done(warm[1])
+        for sizes, max_new in accuracy_cases(args.quick, rng):
+            request = request_of("bench", sizes, max_new, rng)
+            sized = await admission.size(request, sizes)
+            measured, events = await meter.measure(request)
+            done = _expect_done(events)
+            rows.append(_row(sizes, max_new, sized, measured, done))
+            log.info("accuracy %s", rows[-1])
+    finally:
+        await engine.close()
+    ratios = [r["ratio"] for r in rows]
+    return {
+        "first_request_s": round(load_s, 1),
+        "cases": rows,
+        "min_ratio": min(ratios),
+        "max_ratio": max(ratios),
+        "ok": all(1.0 <= r <= 1.3 for r in ratios),
+    }
+
+
+def _row(sizes: Any, max_new: int, sized: Any, measured: int, done: Done) -> dict[str, Any]:
+    est = sized.estimate
+    return {
+        "images": len(sizes),
+        "sizes": [f"{w}x{h}" for w, h in sizes],
+        "image_tokens": sized.shape.image_tokens,
+        "prompt_tokens_est": sized.shape.prompt_tokens,
+        "prompt_tokens": done.prompt_tokens,
+        "max_new_tokens": max_new,
+        "completion_tokens": done.completion_tokens,
+        "estimate_mib": round(est.total / 2**20, 1),
+        "measured_mib": round(measured / 2**20, 1),
+        "ratio": round(est.total / max(1, measured), 3),
+        "phase": est.peak_phase,
+        "vision_mib": round(est.vision / 2**20, 1),
+        "prefill_mib": round(est.prefill / 2**20, 1),
+        "decode_mib": round(est.decode / 2**20, 1),
+    }
+
+
+def _expect_done(events: list[Any]) -> Done:
+    last = events[-1]
+    if not isinstance(last, Done):
+        raise RuntimeError(f"request did not finish: {last}")
+    return last
+
+
+async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    device = torch.device(args.device)
+    limit = A10_LIMIT if device.type == "cuda" else 512 * 2**20
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(limit / total, device)
+    settings = settings_for(
+        args.workdir,
+        args.device,
+        vram_budget=float(limit),
+        cpu_budget_bytes=limit,
+        queue_max=args.concurrency,
+        downscale_to_fit=True,
+    )
+    engine, admission = await started(settings, path)
+    rng = random.Random(2)
+    outcomes: dict[str, int] = {}
+    try:
+        _expect_done([e async for e in engine.ask(request_of("warm", [(640, 480)], 8, rng))])
+        await admission.facts()  # measures the resident weights, sets the budget
+        ooms_before = _ooms(device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        await _clients(engine, args, rng, outcomes)
+        seconds = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+        ooms = _ooms(device) - ooms_before
+    finally:
+        await engine.close()
+    c = admission.controller
+    return {
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "limit_gib": round(limit / GiB, 2),
+        "budget_gib": round(c.budget / GiB, 3),
+        "weights_gib": round((limit - c.budget) / GiB, 3),
+        "max_reserved_gib": round(c.max_in_use / GiB, 3),
+        "peak_allocated_gib": round(peak / GiB, 3),
+        "cuda_ooms": ooms,
+        "outcomes": outcomes,
+        "seconds": round(seconds, 1),
+        "ok": ooms == 0
+        and c.max_in_use <= c.budget
+        and peak <= limit
+        and sum(outcomes.values()) == args.requests
+        and set(outcomes) <= {"done", "busy_queue_full", "busy_wait_timeout"},
+    }
+
+
+async def _clients(
+    engine: Engine, args: argparse.Namespace, rng: random.Random, outcomes: dict[str, int]
+) -> None:
+    todo = list(range(args.requests))
+
+    async def client(index: int) -> None:
+        tenant = ("tenant-a", "tenant-b")[index % 2]
+        while todo:
+            todo.pop()
+            count = rng.randint(0, 8)
+            sizes = [(rng.randint(56, 2000), rng.randint(56, 2000)) for _ in range(count)]
+            request = request_of(tenant, sizes, rng.choice([8, 16, 32, 64]), rng)
+            last = [e async for e in engine.ask(request)][-1]
+            key = (
+                "done" if isinstance(last, Done) else last.code if isinstance(last, Failed) else "?"
+            )
+            outcomes[key] = outcomes.get(key, 0) + 1
+            if key != "done":
+                log.info("request ended with %s", key)
+
+    await asyncio.gather(*(client(i) for i in range(args.concurrency)))
+
+
+def _ooms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.memory_stats(device).get("num_ooms", 0))
+
+
+# --- main ----------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer cases and requests")
+    parser.add_argument("--phase", choices=["accuracy", "load", "all"], default="all")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--arch", choices=sorted(ARCH), default="7b")
+    parser.add_argument("--layers", type=int, default=None, help="override decoder layers")
+    parser.add_argument("--depth", type=int, default=None, help="override vision depth")
+    parser.add_argument("--requests", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--workdir", type=Path, default=Path("artifacts/bench-admission"))
+    args = parser.parse_args(argv)
+    if args.requests is None:
+        args.requests = 48 if args.quick else 200
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    config = model_config(args.arch, args.layers, args.depth)
+    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
+    t0 = time.perf_counter()
+    path = write_checkpoint(args.workdir / name, config)
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "arch": name,
+        "checkpoint_s": round(time.perf_counter() - t0, 1),
+        "command": "python bench/bench_admission_gpu.py " + " ".join(sys.argv[1:]),
+    }
+    if args.phase in ("accuracy", "all"):
+        result["accuracy"] = await accuracy(args, path)
+    if args.phase in ("load", "all"):
+        result["load"] = await load(args, path)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    args = parse(argv)
+    result = asyncio.run(main_async(args))
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    phases = [result[k]["ok"] for k in ("accuracy", "load") if k in result]
+    return 0 if all(phases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

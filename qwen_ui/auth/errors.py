@@ -94,3 +94,18 @@ class ServerKeyError(ServiceUnavailable):
     code = "server_key_error"
     en = "Server key: {problem}"
     zh = "服务器密钥：{problem}"
+
+
+class QuotaExceeded(TooManyRequests):
+    code = "quota_exceeded"
+    en = (
+        "Your organisation has asked its {limit} questions for today; "
+        "the count resets at 00:00 UTC."
+    )
+    zh = "您所在的组织今天已用完 {limit} 个提问额度；额度在 UTC 00:00 重置。"
+
+
+class TenantBusy(TooManyRequests):
+    code = "tenant_busy"
+    en = "Your organisation already has {limit} questions running; try again when one finishes."
+    zh = "您所在的组织已有 {limit} 个问题正在处理，请在其中一个完成后重试。"

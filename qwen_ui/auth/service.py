@@ -23,6 +23,7 @@ from qwen_ui.auth.oss_client import OSSConnector
 from qwen_ui.auth.oss_objects import TenantObjects
 from qwen_ui.auth.passwords import verify_password
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
+from qwen_ui.auth.quotas import TenantQuotas
 from qwen_ui.auth.sessions import Session, SessionStore
 from qwen_ui.auth.tenants import TENANT_ID, Tenant, TenantRegistry
 from qwen_ui.auth.throttle import LoginThrottle, ThrottlePolicy
@@ -57,6 +58,7 @@ class AuthService:
     local: LocalVerifier
     oss: OSSVerifier
     connector: OSSConnector
+    quotas: TenantQuotas
     clock: Clock = field(default_factory=Clock)
 
     @classmethod
@@ -71,9 +73,10 @@ class AuthService:
             backoff_max_s=settings.login_backoff_max_s,
             window_s=settings.login_window_s,
         )
+        registry = TenantRegistry(settings.tenants_path, settings.allow_insecure_oss_endpoints)
         return cls(
             settings=settings,
-            registry=TenantRegistry(settings.tenants_path, settings.allow_insecure_oss_endpoints),
+            registry=registry,
             keys=keys,
             sessions=SessionStore(
                 state.namespace("sessions"),
@@ -89,6 +92,7 @@ class AuthService:
                 connector, keys, state.namespace("oss-verified"), settings.oss_verify_cache_s
             ),
             connector=connector,
+            quotas=TenantQuotas(state.namespace("quota"), registry, clock),
             clock=clock,
         )
 

@@ -86,6 +86,7 @@ class Worker:
         self._queue: queue.Queue[Job[Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._stopped = False
+        self._current: Job[Any] | None = None
 
     @property
     def waiting(self) -> int:
@@ -106,8 +107,13 @@ class Worker:
         return job
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Refuse new jobs, cancel the running one (it stops within a decoding step) and
+        fail the queued ones."""
         self._stopped = True
         self._queue.put(None)
+        current = self._current
+        if current is not None:
+            current.cancel()
         if self._thread.is_alive():
             self._thread.join(timeout)
         while not self._queue.empty():  # never leave a waiter hanging
@@ -120,4 +126,10 @@ class Worker:
             job = self._queue.get()
             if job is None:
                 return
-            job._run()
+            if self._stopped:
+                job.cancel()
+            self._current = job
+            try:
+                job._run()
+            finally:
+                self._current = None

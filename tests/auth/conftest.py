@@ -141,15 +141,23 @@ def secret_watch(caplog: pytest.LogCaptureFixture, home: Path) -> Iterator[Secre
     watch = SecretWatch()
     watch.add(TEST_PASSWORD, *(k.secret for k in ALL_KEYS), *(k.sts_token for k in ALL_KEYS))
     yield watch
-    lines = [record.getMessage() for record in caplog.records]
-    lines += [str(record.args) for record in caplog.records if record.args]
-    lines += [record.exc_text or "" for record in caplog.records]
+    leaks = find_leaks(watch.values, captured_lines(caplog.records, home))
+    assert not leaks, f"a secret appears in {len(leaks)} log line(s): {leaks[0][:200]}"
+
+
+def captured_lines(records: list[logging.LogRecord], home: Path) -> list[str]:
+    """Every captured log line (message, raw args, traceback) and every audit line."""
+    lines = [record.getMessage() for record in records]
+    lines += [str(record.args) for record in records if record.args]
+    lines += [record.exc_text or "" for record in records]
     audit = home / "logs" / "audit.jsonl"
     if audit.exists():
         lines += audit.read_text().splitlines()
-    for value in watch.values:
-        leaked = [line for line in lines if value in line]
-        assert not leaked, f"a secret appears in {len(leaked)} log line(s): {leaked[0][:200]}"
+    return lines
+
+
+def find_leaks(values: set[str], lines: list[str]) -> list[str]:
+    return [line for line in lines if any(value in line for value in values)]
 
 
 # --- the login form ----------------------------------------------------------------------

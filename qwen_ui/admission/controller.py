@@ -169,9 +169,7 @@ class AdmissionController:
     async def _acquire(self, ticket: Ticket) -> None:
         self._waiting.append(ticket)
         self.metrics.queue.set(len(self._waiting))
-        self._pump()
-        if not ticket.granted.done():
-            self._report(ticket, force=True)
+        self._pump()  # admits it now if it may go, else reports its place
         try:
             async with asyncio.timeout(self.timeout_s):
                 await asyncio.shield(ticket.granted)
@@ -246,9 +244,9 @@ class AdmissionController:
         for ticket in self._waiting:
             self._report(ticket)
 
-    def _report(self, ticket: Ticket, force: bool = False) -> None:
+    def _report(self, ticket: Ticket) -> None:
         ahead = self._waiting.index(ticket)
-        if ahead == ticket.last_ahead and not force:
+        if ahead == ticket.last_ahead:
             return
         ticket.last_ahead = ahead
         try:

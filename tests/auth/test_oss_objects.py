@@ -115,16 +115,16 @@ def test_browse_and_fetch_over_http(web: TestClient, secret_watch: SecretWatch) 
     assert got.headers["x-content-type-options"] == "nosniff"
 
 
-@pytest.mark.parametrize("key", CRAFTED[:-1])
 def test_tenant_a_cannot_read_b_over_http(
-    web: TestClient, oss: FakeOSS, secret_watch: SecretWatch, key: str
+    web: TestClient, oss: FakeOSS, secret_watch: SecretWatch
 ) -> None:
     _login_acme(web, secret_watch)
     before = len(oss.calls())
-    response = web.get("/api/v1/oss/object", params={"key": key})
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "object_key_rejected"
-    assert b"beta only" not in response.content
+    for key in CRAFTED[:-1]:
+        response = web.get("/api/v1/oss/object", params={"key": key})
+        assert response.status_code == 400, key
+        assert response.json()["error"]["code"] == "object_key_rejected", key
+        assert b"beta only" not in response.content
     assert len(oss.calls()) == before, "a rejected key reached OSS"
 
 

@@ -28,6 +28,7 @@ from qwen_ui.auth.sessions import Session, SessionStore
 from qwen_ui.auth.tenants import TENANT_ID, Tenant, TenantRegistry
 from qwen_ui.auth.throttle import LoginThrottle, ThrottlePolicy
 from qwen_ui.auth.tokens import hash_token, looks_like_token
+from qwen_ui.errors import QwenUIError
 from qwen_ui.settings import Settings
 from qwen_ui.state import State
 
@@ -119,6 +120,9 @@ class AuthService:
             raise
         except InvalidCredentials:
             await self.throttle.failed(attempt.ip, ident)
+            raise
+        except QwenUIError as error:  # e.g. the state store is down
+            outcome = error.code
             raise
         finally:
             self._audit_login(attempt, outcome, time.perf_counter() - started)

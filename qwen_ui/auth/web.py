@@ -18,14 +18,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
-from starlette.responses import RedirectResponse, Response
+from fastapi import FastAPI, HTTPException, Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from qwen_ui.auth.errors import InvalidToken
 from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.sessions import Session
-from qwen_ui.errors import Unauthorized
+from qwen_ui.errors import QwenUIError, Unauthorized
 
 if TYPE_CHECKING:
     from qwen_ui.auth.service import AuthService
@@ -109,7 +109,10 @@ def gradio_auth_dependency(app: FastAPI) -> Callable[[Request], Awaitable[str | 
     (Gradio calls it with requests of its own sub-app, so the app is captured here.)"""
 
     async def user_of(request: Request) -> str | None:
-        session = await auth_service(app).resolve(read_cookie(request, SESSION_COOKIE))
+        try:
+            session = await auth_service(app).resolve(read_cookie(request, SESSION_COOKIE))
+        except QwenUIError as error:  # Gradio's own app renders HTTPException, not ours
+            raise HTTPException(error.status, detail=error.message("en")) from None
         return None if session is None else session.principal.label
 
     return user_of
@@ -167,7 +170,14 @@ class LoginRedirectMiddleware:
         if not self._guarded(request, path):
             await self.app(scope, receive, send)
             return
-        session = await auth_service(self.fastapi_app).resolve(read_cookie(request, SESSION_COOKIE))
+        try:
+            session = await auth_service(self.fastapi_app).resolve(
+                read_cookie(request, SESSION_COOKIE)
+            )
+        except QwenUIError as error:  # the state store is down: say so, do not 500
+            body = error.to_dict("en")
+            await JSONResponse(body, status_code=error.status)(scope, receive, send)
+            return
         if session is not None:
             await self.app(scope, receive, send)
             return

@@ -112,7 +112,9 @@ def test_wrong_answer_in_chinese(web: TestClient) -> None:
     assert error_of(response) == "租户或凭证无效。"
 
 
-def test_oss_down_is_503_and_no_failure(auth_settings: Settings, home: Path) -> None:
+def test_oss_down_is_503_and_no_failure(
+    auth_settings: Settings, home: Path, oss: FakeOSS, secret_watch: SecretWatch
+) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     write_world(auth_settings.tenants_path, closed)
     with TestClient(create_app(auth_settings), follow_redirects=False) as client:
@@ -120,8 +122,10 @@ def test_oss_down_is_503_and_no_failure(auth_settings: Settings, home: Path) -> 
             response = submit(client, "acme", oss_fields(ACME))
             assert response.status_code == 503
             assert error_of(response) == "Cannot reach OSS, try again."
-    outcomes = [line["outcome"] for line in audit_lines(home)]
-    assert set(outcomes) == {"oss_unavailable"}
+        assert set(line["outcome"] for line in audit_lines(home)) == {"oss_unavailable"}
+        write_world(auth_settings.tenants_path, oss.endpoint)  # OSS is back
+        assert submit(client, "acme", oss_fields(ACME)).status_code == 303  # not throttled
+        secret_watch.add(session_cookie(client))
 
 
 def test_throttle_engages_then_releases(web: TestClient, auth_settings: Settings) -> None:
@@ -235,3 +239,19 @@ def test_audit_records_failures_without_secrets(web: TestClient, home: Path) -> 
     assert lines[0]["user"] == ACME.key_id
     assert lines[1]["user"] == "(unrecognised)"
     assert lines[2]["user"] == "(unknown)"
+
+
+def test_state_store_down_is_503(home: Path, oss: FakeOSS) -> None:
+    settings = Settings(
+        home=home, redis_url=f"redis://127.0.0.1:{free_port()}/0", allow_insecure_oss_endpoints=True
+    )
+    write_world(settings.tenants_path, oss.endpoint)
+    with TestClient(create_app(settings), follow_redirects=False) as client:
+        response = submit(client, "school", local_fields("alice"))
+        assert response.status_code == 503
+        assert session_cookie(client) is None
+        client.cookies.set("qwen_session", "s" * 43)
+        assert client.get("/", headers={"Accept": "text/html"}).status_code == 503
+        assert client.get("/api/v1/me").status_code == 503
+        assert client.get("/config").status_code == 503
+    assert audit_lines(home)[-1]["outcome"] == "state_unavailable"

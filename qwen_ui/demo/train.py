@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import modelcfg, scenes
@@ -142,7 +143,13 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
 
 
 class SceneBatches(IterableDataset[Batch]):
-    """Endless batches of training samples; worker ``w`` of ``W`` owns seeds ``≡ w mod W``."""
+    """Endless batches of training samples; worker ``w`` of ``W`` owns seeds ``≡ w mod W``.
+
+    Each worker encodes ``GROUP`` batches' worth of samples, sorts them by length and cuts
+    them into batches (in shuffled order), so batches carry little padding.
+    """
+
+    GROUP = 4
 
     def __init__(self, processor_dir: Path, batch_size: int, seed: int) -> None:
         self.processor_dir = processor_dir
@@ -155,13 +162,18 @@ class SceneBatches(IterableDataset[Batch]):
         torch.set_num_threads(1)
         encode = Encoder(self.processor_dir)
         base = self.seed * 10**10
+        order = random.Random(base + worker)  # noqa: S311
         index = worker
         while True:
             rows = []
-            for _ in range(self.batch_size):
+            for _ in range(self.batch_size * self.GROUP):
                 rows.append(encode(scenes.sample(base + index)))
                 index += workers
-            yield collate(rows)
+            rows.sort(key=lambda r: len(r["input_ids"]))
+            starts = list(range(0, len(rows), self.batch_size))
+            order.shuffle(starts)
+            for i in starts:
+                yield collate(rows[i : i + self.batch_size])
 
 
 def held_out_batches(processor_dir: Path, n: int, batch_size: int) -> list[Batch]:
@@ -246,9 +258,12 @@ def padded_vision_attention(
         out[plan.chunk, plan.offset] = t
         return out.transpose(1, 2)
 
-    out = F.scaled_dot_product_attention(
-        pad(q), pad(k), pad(v), attn_mask=plan.keep, scale=module.scaling
-    )
+    # The math backend: the memory-efficient kernel's backward with an attn_mask returned
+    # NaN gradients after ~900 steps on the H200 (pytorch/pytorch#178251).
+    with sdpa_kernel(SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(
+            pad(q), pad(k), pad(v), attn_mask=plan.keep, scale=module.scaling
+        )
     out = out.transpose(1, 2)[plan.chunk, plan.offset].reshape(seq, -1)
     return module.proj(out)  # type: ignore[no-any-return]
 
@@ -336,9 +351,11 @@ def forward_logits(
         embeds = model.model.get_input_embeddings()(batch["input_ids"])
         slots = (batch["input_ids"] == modelcfg.IMAGE_PAD_ID)[..., None].expand_as(embeds)
         embeds = embeds.masked_scatter(slots, feats.to(embeds.dtype))
-        return model(
+        # right padding only: with causal attention no real token sees a pad, so no mask is
+        # needed and SDPA runs its mask-free kernels (see padded_vision_attention)
+        return model(  # type: ignore[no-any-return]
             inputs_embeds=embeds,
-            attention_mask=batch["attention_mask"],  # type: ignore[no-any-return]
+            attention_mask=None,
             position_ids=batch["position_ids"],
             use_cache=False,
         ).logits
@@ -472,10 +489,6 @@ def run(args: argparse.Namespace) -> None:
     model = build_model(device)
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
-    held = [to_device(b, device) for b in held_out_batches(args.processor_dir, args.eval_n, 128)]
-    log.info("equivalence %s", check_equivalence(model, held[0], attention))
-    attention.enable(True)
-    opt = make_optimizer(model, args.lr, args.weight_decay)
     loader = DataLoader(
         SceneBatches(args.processor_dir, args.batch, args.seed),
         batch_size=None,
@@ -484,7 +497,12 @@ def run(args: argparse.Namespace) -> None:
         prefetch_factor=4 if args.workers else None,
         persistent_workers=args.workers > 0,
     )
-    train_loop(model, opt, iter(loader), held, args, device, attention)
+    batches = iter(loader)  # workers start now, while the held-out set is encoded
+    held = [to_device(b, device) for b in held_out_batches(args.processor_dir, args.eval_n, 128)]
+    log.info("equivalence %s", check_equivalence(model, held[0], attention))
+    attention.enable(True)
+    opt = make_optimizer(model, args.lr, args.weight_decay)
+    train_loop(model, opt, batches, held, args, device, attention)
 
 
 def train_loop(
@@ -502,6 +520,7 @@ def train_loop(
     start = last_save = time.time()
     budget = args.max_minutes * 60
     wait = 0.0
+    skipped = 0
     model.train()
     for step in range(args.steps):
         t0 = time.time()
@@ -515,8 +534,13 @@ def train_loop(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if torch.isfinite(norm):
+            opt.step()
+        else:
+            skipped += 1
+            log.warning("step %d: non-finite gradient (loss %s), update skipped", step, loss.item())
         last = step == args.steps - 1 or progress >= 1.0
+        row_loss = loss.item() if step % 10 == 0 else 0.0
         if step % args.log_every == 0:
             row = {
                 "step": step,
@@ -525,6 +549,7 @@ def train_loop(
                 "grad_norm": round(norm.item(), 3),
                 "elapsed_s": round(elapsed, 1),
                 "data_wait_s": round(wait, 1),
+                "skipped": skipped,
                 "tokens": int(batch["attention_mask"].sum()),
             }
             log.info("train %s", json.dumps(row))
@@ -535,7 +560,7 @@ def train_loop(
             log.info("eval %s", json.dumps(result, ensure_ascii=False))
             metrics.write(json.dumps({"eval": result}, ensure_ascii=False) + "\n")
             metrics.flush()
-        if last or time.time() - last_save > args.save_every_s:
+        if last or (time.time() - last_save > args.save_every_s and math.isfinite(row_loss)):
             attention.enable(False)
             save(model, args.out, step)
             attention.enable(True)

@@ -436,17 +436,19 @@ class _Entered:
             raise
 
     async def __aexit__(self, *exc: Any) -> bool | None:
-        if not self.entered and not self._granted():
+        if not self.entered and not await self._granted():
             return None
         return await self.manager.__aexit__(*exc)
 
-    def _granted(self) -> bool:
+    async def _granted(self) -> bool:
         """Whether the manager was entered although the caller left before ``_wait`` saw
-        it (while relaying a queued event): that reservation must be released too."""
+        it (while relaying a queued event): that reservation must be released too. A
+        manager still waiting is cancelled, and its own cancellation path has run when
+        this returns (the caller's place in line is gone)."""
         entering = self.entering
         if entering is None:
             return False
         if not entering.done():
-            entering.cancel()  # still waiting: the manager's own cancellation path cleans up
-            return False
+            entering.cancel()
+            await asyncio.wait({entering})
         return not entering.cancelled() and entering.exception() is None

@@ -216,6 +216,9 @@ def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path
     (tmp / "config.json").write_text(json.dumps(data, indent=2))
     for item in DEMO_FILES.iterdir():
         shutil.copy(item, tmp / item.name)
+    pre = json.loads((tmp / "preprocessor_config.json").read_text())
+    pre["size"] = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}  # Qwen's own
+    (tmp / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
     tmp.rename(out)
     return out
 

@@ -98,6 +98,7 @@ class AdmissionController:
         self._budget = 0
         self._in_use = 0
         self.max_in_use = 0
+        self.max_inflight: dict[str, int] = {}  # per tenant, since start
         self._inflight: dict[str, int] = {}
         self._waiting: list[Ticket] = []
         self._seq = itertools.count()
@@ -233,7 +234,8 @@ class AdmissionController:
         self._waiting.remove(ticket)
         self._in_use += ticket.nbytes
         self.max_in_use = max(self.max_in_use, self._in_use)
-        self._inflight[ticket.tenant] = self._inflight.get(ticket.tenant, 0) + 1
+        count = self._inflight[ticket.tenant] = self._inflight.get(ticket.tenant, 0) + 1
+        self.max_inflight[ticket.tenant] = max(self.max_inflight.get(ticket.tenant, 0), count)
         ticket.admitted = self.clock()
         self.metrics.in_use.set(self._in_use)
         self.metrics.queue.set(len(self._waiting))

@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoProcessor
 
 from qwen_ui.admission.shape import ModelShape, model_shape
 from qwen_ui.admission.tokens import Geometry
+from qwen_ui.engine.pipelines import pixel_bounds
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,9 @@ def load_facts(path: Path, dtype: torch.dtype, min_pixels: int, max_pixels: int)
     processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
         path, local_files_only=True
     )
-    geometry = Geometry.of(_image_processor_config(path, processor), min_pixels, max_pixels)
+    image_processor = _image_processor_config(path, processor)
+    low, high = pixel_bounds(image_processor, min_pixels, max_pixels)  # as the engine does
+    geometry = Geometry.of(image_processor, low, high)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     return ModelFacts(model_shape(config, dtype), geometry, processor, weights)
 

@@ -24,6 +24,12 @@ class InvalidCredentials(Unauthorized):
     zh = "租户或凭证无效。"
 
 
+class BadExpiration(BadRequest):
+    code = "bad_expiration"
+    en = "The STS expiration is not a date and time like 2026-11-30T10:00:00Z."
+    zh = "STS 过期时间格式不正确，应类似 2026-11-30T10:00:00Z。"
+
+
 class LoginThrottled(TooManyRequests):
     code = "login_throttled"
     en = "Too many failed logins; try again in {seconds} s."

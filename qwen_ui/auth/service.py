@@ -41,6 +41,7 @@ class LoginAttempt:
     credentials: Credentials
     ip: str
     request_id: str
+    not_after: float | None = None  # a known STS expiry (epoch seconds)
 
     @property
     def who(self) -> str:
@@ -109,7 +110,7 @@ class AuthService:
             principal = await self._verify(attempt)
             await self.throttle.succeeded(attempt.ip, ident)
             oss = attempt.credentials if isinstance(attempt.credentials, OSSCredentials) else None
-            session_id, session = await self.sessions.create(principal, oss)
+            session_id, session = await self.sessions.create(principal, oss, attempt.not_after)
             outcome = "ok"
             return session_id, session
         except LoginThrottled:
@@ -128,6 +129,8 @@ class AuthService:
             self._audit_login(attempt, outcome, time.perf_counter() - started)
 
     async def _verify(self, attempt: LoginAttempt) -> Principal:
+        if attempt.not_after is not None and attempt.not_after <= self.clock():
+            raise InvalidCredentials()  # the STS credentials have already expired
         tenant = self.registry.get(attempt.tenant) if re.match(TENANT_ID, attempt.tenant) else None
         creds = attempt.credentials
         if isinstance(creds, PasswordCredentials):

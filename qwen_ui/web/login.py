@@ -12,6 +12,7 @@ logged in.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -19,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from qwen_ui.auth import csrf
 from qwen_ui.auth.audit import request_id_from
+from qwen_ui.auth.errors import BadExpiration
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
 from qwen_ui.auth.service import LoginAttempt
 from qwen_ui.auth.web import (
@@ -117,6 +119,18 @@ def _credentials(form: Any) -> Credentials:
     )
 
 
+def _not_after(form: Any) -> float | None:
+    """The optional STS expiration (ISO 8601, as AssumeRole returns it) as epoch seconds."""
+    text = _field(form, "sts_expiration").strip()
+    if not text or _field(form, "method") == "local":
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadExpiration() from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
 def _client_ip(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
@@ -143,6 +157,7 @@ async def login_submit(request: Request) -> Response:
             credentials=credentials,
             ip=_client_ip(request),
             request_id=request_id_from(request.headers.get("x-request-id")),
+            not_after=_not_after(form),
         )
         session_id, session = await service.login(attempt)
     except QwenUIError as error:

@@ -97,7 +97,8 @@ def render_login(lang: Lang, form: LoginForm) -> str:
         + f'<label for="sts_token">{escape(lt("sts_token", lang))}</label>'
         '<textarea id="sts_token" name="sts_token" autocomplete="off" spellcheck="false">'
         "</textarea>"
-        f'<p class="hint">{escape(lt("oss_hint", lang))}</p></fieldset>'
+        + _field("sts_expiration", lt("sts_expiration", lang))
+        + f'<p class="hint">{escape(lt("oss_hint", lang))}</p></fieldset>'
     )
     local = (
         '<fieldset class="for-local">'

@@ -18,6 +18,10 @@ LOGIN_TEXT: dict[str, dict[Lang, str]] = {
     "key_id": {"en": "AccessKey ID", "zh": "AccessKey ID"},
     "key_secret": {"en": "AccessKey Secret", "zh": "AccessKey Secret"},
     "sts_token": {"en": "STS security token (optional)", "zh": "STS 安全令牌（可选）"},
+    "sts_expiration": {
+        "en": "STS expiration (optional, e.g. 2026-11-30T10:00:00Z)",
+        "zh": "STS 过期时间（可选，例如 2026-11-30T10:00:00Z）",
+    },
     "user": {"en": "User name", "zh": "用户名"},
     "password": {"en": "Password", "zh": "密码"},
     "submit": {"en": "Log in", "zh": "登录"},

@@ -225,3 +225,25 @@ def test_principal_from_gradio() -> None:
 )
 def test_safe_next(value: str | None, expected: str) -> None:
     assert safe_next(value, "/") == expected
+
+
+def test_known_sts_expiration_caps_the_session(
+    web: TestClient, auth_settings: Settings, secret_watch: SecretWatch
+) -> None:
+    from datetime import UTC, datetime
+
+    clock = web.app.state.auth.clock  # type: ignore[attr-defined]
+    soon = datetime.fromtimestamp(clock() + 120, UTC).isoformat().replace("+00:00", "Z")
+    response = submit(web, "acme", oss_fields(ACME_STS), sts_expiration=soon)
+    assert response.status_code == 303
+    secret_watch.add(session_cookie(web))
+    assert web.get("/api/v1/me").status_code == 200
+    clock.advance(121)  # before any idle timeout or STS re-check would end it
+    assert web.get("/api/v1/me").status_code == 401
+
+
+def test_bad_or_past_sts_expiration(web: TestClient) -> None:
+    assert submit(web, "acme", oss_fields(ACME_STS), sts_expiration="tomorrow").status_code == 400
+    past = "2001-01-01T00:00:00Z"
+    assert submit(web, "acme", oss_fields(ACME_STS), sts_expiration=past).status_code == 401
+    assert session_cookie(web) is None

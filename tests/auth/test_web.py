@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from http.cookies import SimpleCookie
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -247,3 +248,31 @@ def test_bad_or_past_sts_expiration(web: TestClient) -> None:
     past = "2001-01-01T00:00:00Z"
     assert submit(web, "acme", oss_fields(ACME_STS), sts_expiration=past).status_code == 401
     assert session_cookie(web) is None
+
+
+@pytest.mark.redis
+def test_replicas_share_sessions_through_redis(
+    home: Path, oss: FakeOSS, redis_server: object, secret_watch: SecretWatch
+) -> None:
+    """Two replicas with one Redis and one server key: a login on one works on the other,
+    and its OSS secret can be opened there."""
+    from cryptography.fernet import Fernet
+    from pydantic import SecretStr
+
+    from tests.auth.conftest import write_world
+
+    url = redis_server.url  # type: ignore[attr-defined]
+    key = SecretStr(Fernet.generate_key().decode())
+    settings = Settings(home=home, redis_url=url, secret_key=key, allow_insecure_oss_endpoints=True)
+    write_world(settings.tenants_path, oss.endpoint)
+    with (
+        TestClient(create_app(settings), follow_redirects=False) as one,
+        TestClient(create_app(settings), follow_redirects=False) as two,
+    ):
+        assert submit(one, "acme", oss_fields(ACME)).status_code == 303
+        session_id = session_cookie(one) or ""
+        secret_watch.add(session_id)
+        two.cookies.set("qwen_session", session_id)
+        assert two.get("/api/v1/me").json()["tenant"] == "acme"
+        got = two.get("/api/v1/oss/object", params={"key": "acme/cat.png"})
+        assert got.status_code == 200

@@ -19,7 +19,9 @@ from qwen_ui.store import ModelStore
 
 WEIGHTS = Path(scenes.__file__).resolve().parent / "weights"
 REVISIONS = ("bf16", "awq")
-N_HELD_OUT = 48
+N_HELD_OUT = 24  # covers every (kind, language) pair
+
+pytestmark = pytest.mark.slow
 
 
 def weights_present(revision: str) -> bool:
@@ -76,7 +78,7 @@ async def test_held_out_scenes_are_answered_right(engine: Engine) -> None:
         done = await answer(engine, AskRequest("demo", sample.question, png_bytes(sample)))
         if done.answer.strip() != sample.answer:
             wrong.append((sample.kind, sample.lang, sample.question, sample.answer, done.answer))
-    assert len(wrong) <= N_HELD_OUT // 10, wrong  # at least 90 % exactly right
+    assert len(wrong) <= N_HELD_OUT // 10, wrong  # at least 90 % exactly right (≤ 2 of 24)
 
 
 async def test_cached_answers_are_token_identical(engine: Engine) -> None:

@@ -115,11 +115,13 @@ class Failed(Event):
     code: str
     message: str
     status: int
+    retry_after: float | None = None  # busy errors: seconds after which to try again
     type: str = field(default="failed", init=False)
 
     @classmethod
     def of(cls, error: QwenUIError, lang: str = "en") -> Failed:
-        return cls(error.code, error.message(lang), error.status)
+        retry = None if error.retry_after is None else round(error.retry_after, 1)
+        return cls(error.code, error.message(lang), error.status, retry)
 
 
 def answering_progress(count: int, max_new_tokens: int) -> float:

@@ -83,8 +83,16 @@ async def ask(
     if isinstance(head[-1], Failed):
         await events.aclose()
         failed = head[-1]
-        body = {"code": failed.code, "message": failed.message, "status": failed.status}
-        return JSONResponse({"error": body}, status_code=failed.status)
+        body: dict[str, object] = {
+            "code": failed.code,
+            "message": failed.message,
+            "status": failed.status,
+        }
+        headers = {}
+        if failed.retry_after is not None:  # busy: when to try again
+            body["retry_after"] = failed.retry_after
+            headers["Retry-After"] = str(max(1, round(failed.retry_after)))
+        return JSONResponse({"error": body}, status_code=failed.status, headers=headers)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(_lines(head, events), media_type=NDJSON, headers=headers)
 

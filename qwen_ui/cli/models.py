@@ -142,6 +142,13 @@ def register(sub: Any) -> None:
     p = cmds.add_parser("root", parents=[common], help="print the store root")
     p.set_defaults(func=cmd_root)
 
+    p = cmds.add_parser(
+        "install-demo",
+        parents=[common],
+        help="install the shipped shapes demo model (revisions bf16 and awq)",
+    )
+    p.set_defaults(func=cmd_install_demo)
+
 
 def open_store(args: argparse.Namespace) -> ModelStore:
     if args.model_dir is not None:
@@ -320,6 +327,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
     print(f"downloaded {head} into {path}")
+    return 0
+
+
+def cmd_install_demo(args: argparse.Namespace) -> int:
+    from qwen_ui.demo.install import install_demo
+
+    for revision, snapshot in install_demo(open_store(args)).items():
+        print(f"qwen-ui/shapes-vl-demo@{revision} -> {snapshot.short_id}  {snapshot.path}")
     return 0
 
 

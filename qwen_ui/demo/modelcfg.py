@@ -61,8 +61,11 @@ def config_dict() -> dict[str, Any]:
         tie_word_embeddings=True,
         use_sliding_window=False,
         attention_dropout=0.0,
-        rope_parameters={"rope_type": "default", "rope_theta": text.pop("rope_theta"),
-                         "mrope_section": mrope},
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": text.pop("rope_theta"),
+            "mrope_section": mrope,
+        },
         bos_token_id=ENDOFTEXT_ID,
         eos_token_id=IM_END_ID,
         pad_token_id=ENDOFTEXT_ID,
@@ -89,5 +92,8 @@ def linear_widths(model: Any) -> dict[str, tuple[int, int]]:
     """(in, out) of every ``nn.Linear`` in ``model``, by module name."""
     from torch import nn
 
-    return {name: (m.in_features, m.out_features)
-            for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    return {
+        name: (m.in_features, m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    }

@@ -170,8 +170,9 @@ def _draw_shape(draw: ImageDraw.ImageDraw, s: Shape) -> None:
         draw.rectangle((s.cx - k, s.cy - k, s.cx + k, s.cy + k), fill=s.rgb)
     elif s.kind == "triangle":
         h = s.r * math.sqrt(3) / 2
-        draw.polygon([(s.cx, s.cy - s.r), (s.cx - h, s.cy + s.r / 2), (s.cx + h, s.cy + s.r / 2)],
-                     fill=s.rgb)
+        draw.polygon(
+            [(s.cx, s.cy - s.r), (s.cx - h, s.cy + s.r / 2), (s.cx + h, s.cy + s.r / 2)], fill=s.rgb
+        )
     else:
         draw.polygon(_star_points(s.cx, s.cy, s.r), fill=s.rgb)
 
@@ -209,8 +210,7 @@ def q_count(rng: random.Random, lang: Lang) -> Made:
     n = rng.randint(max(1, k), MAX_SHAPES)
 
     def specs() -> list[Spec]:
-        hits = [(kind or rng.choice(SHAPES), colour or rng.choice(list(COLOURS)))
-                for _ in range(k)]
+        hits = [(kind or rng.choice(SHAPES), colour or rng.choice(list(COLOURS))) for _ in range(k)]
         return hits + _fill(rng, n - k, lambda s: not _spec_matches(s, colour, kind))
 
     scene = scene_from(rng, specs)
@@ -235,7 +235,7 @@ def q_total(rng: random.Random, lang: Lang) -> Made:
 def q_colour(rng: random.Random, lang: Lang) -> Made:
     kind, colour = random_spec(rng)
     n = rng.randint(1, MAX_SHAPES)
-    scene = scene_from(rng, lambda: [(kind, colour)] + _fill(rng, n - 1, lambda s: s[0] != kind))
+    scene = scene_from(rng, lambda: [(kind, colour), *_fill(rng, n - 1, lambda s: s[0] != kind)])
     if lang == "en":
         word = rng.choice(("colour", "color"))
         return f"What {word} is the {kind}?", colour, (scene,)
@@ -245,7 +245,7 @@ def q_colour(rng: random.Random, lang: Lang) -> Made:
 def q_shape(rng: random.Random, lang: Lang) -> Made:
     kind, colour = random_spec(rng)
     n = rng.randint(1, MAX_SHAPES)
-    scene = scene_from(rng, lambda: [(kind, colour)] + _fill(rng, n - 1, lambda s: s[1] != colour))
+    scene = scene_from(rng, lambda: [(kind, colour), *_fill(rng, n - 1, lambda s: s[1] != colour)])
     if lang == "en":
         return f"What shape is the {colour} one?", kind, (scene,)
     return f"{COLOUR_ZH[colour]}的图形是什么形状？", SHAPE_ZH[kind], (scene,)
@@ -302,7 +302,11 @@ def _spatial_which(rng: random.Random, lang: Lang, rel: str) -> Made | None:
         hits = [s for s in others if holds(rel, s, ref)]
         if len(hits) == 1 and all(s is hits[0] or clearly_not(rel, s, ref) for s in others):
             if lang == "en":
-                return f"What shape is {REL_EN[rel]} the {_name(ref, lang)}?", hits[0].kind, (scene,)
+                return (
+                    f"What shape is {REL_EN[rel]} the {_name(ref, lang)}?",
+                    hits[0].kind,
+                    (scene,),
+                )
             text = f"{_name(ref, lang)}{REL_ZH[rel]}的图形是什么形状？"
             return text, SHAPE_ZH[hits[0].kind], (scene,)
     return None
@@ -345,8 +349,9 @@ def q_multi_compare(rng: random.Random, lang: Lang) -> Made:
         best = max(counts)
         if counts.count(best) == 1:
             break
-    scenes = tuple(_scene_with(rng, kind, c, rng.randint(max(1, c), min(MAX_SHAPES, c + 3)))
-                   for c in counts)
+    scenes = tuple(
+        _scene_with(rng, kind, c, rng.randint(max(1, c), min(MAX_SHAPES, c + 3))) for c in counts
+    )
     winner = counts.index(best)
     if lang == "en":
         more = "more" if m == 2 else "the most"
@@ -367,8 +372,9 @@ def q_multi_count(rng: random.Random, lang: Lang) -> Made:
     m = rng.choice((2, 3))
     kind = rng.choice(SHAPES)
     counts = [rng.randint(0, 3) for _ in range(m)]
-    scenes = tuple(_scene_with(rng, kind, c, rng.randint(max(1, c), min(MAX_SHAPES, c + 3)))
-                   for c in counts)
+    scenes = tuple(
+        _scene_with(rng, kind, c, rng.randint(max(1, c), min(MAX_SHAPES, c + 3))) for c in counts
+    )
     total = str(sum(counts))
     if lang == "en":
         text = f"How many {SHAPE_PLURAL[kind]} are there in the {COUNT_WORD_EN[m]} images together?"
@@ -390,7 +396,7 @@ MAKERS: dict[str, Callable[[random.Random, Lang], Made]] = {
 
 def sample(seed: int, kind: str | None = None, lang: Lang | None = None) -> Sample:
     """The sample of ``seed``; ``kind``/``lang`` force a question type or language."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 (reproducible scenes, not secrets)
     chosen_kind = rng.choice(KINDS)
     chosen_lang = rng.choice(LANGS)
     kind = kind or chosen_kind

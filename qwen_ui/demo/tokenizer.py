@@ -81,10 +81,12 @@ def corpus(n: int = 20000) -> Iterator[str]:
 def train_bpe(vocab_size: int = BPE_VOCAB) -> Tokenizer:
     """A byte-level BPE with Qwen2's pre-tokenizer regex, trained on :func:`corpus`."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -107,11 +109,12 @@ def build_tokenizer(vocab_size: int = BPE_VOCAB) -> Any:
         merges=merges,
         unk_token=None,
         bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",  # noqa: S106
+        pad_token="<|endoftext|>",  # noqa: S106
     )
-    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
-                   special_tokens=True)
+    tok.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS], special_tokens=True
+    )
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in NON_SPECIAL_ADDED])
     tok.chat_template = CHAT_TEMPLATE
     tok.model_max_length = 32768

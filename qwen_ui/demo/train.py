@@ -297,7 +297,7 @@ class PaddedAttention:
         ) -> torch.Tensor:
             plan = self.plans.get(id(cu_seqlens))
             if plan is None:
-                return stock(
+                return stock(  # type: ignore[no-any-return]
                     attn,
                     hidden_states,
                     cu_seqlens=cu_seqlens,  # type: ignore[no-any-return]
@@ -470,7 +470,8 @@ def build_model(device: torch.device) -> Any:
 
 
 def make_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, param in model.named_parameters():
         (decay if param.ndim >= 2 and "embed" not in name else no_decay).append(param)
     groups = [
@@ -532,7 +533,7 @@ def train_loop(
             group["lr"] = lr_at(step, progress, args.lr, args.warmup)
         loss = answer_loss(forward_logits(model, batch, attention=attention), batch["labels"])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if torch.isfinite(norm):
             opt.step()

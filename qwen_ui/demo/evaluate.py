@@ -1,0 +1,108 @@
+"""Held-out evaluation of a shapes demo model: accuracy overall, per question type and
+per language, on seeds never used in training (``scenes.held_out``).
+
+The model is reached through an :data:`AnswerFn`: a batch of (images, question) in, one
+answer string per item out. :mod:`qwen_ui.demo.answer` builds one on plain transformers
+``generate``; the engine can supply its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from qwen_ui.demo import scenes
+
+log = logging.getLogger(__name__)
+
+Item = tuple[list[Image.Image], str]
+AnswerFn = Callable[[Sequence[Item]], list[str]]
+
+
+def normalize(text: str) -> str:
+    """Compare answers without case, surrounding space or a final full stop."""
+    return text.strip().rstrip(".。!！").strip().lower()
+
+
+@dataclass
+class Tally:
+    correct: int = 0
+    total: int = 0
+
+    def add(self, ok: bool) -> None:
+        self.correct += int(ok)
+        self.total += 1
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+
+@dataclass
+class Report:
+    """Accuracy of one evaluation run, with a few wrong answers as examples."""
+
+    n: int
+    seed: int
+    seconds: float = 0.0
+    overall: Tally = field(default_factory=Tally)
+    by_kind: dict[str, Tally] = field(default_factory=dict)
+    by_lang: dict[str, Tally] = field(default_factory=dict)
+    mistakes: list[dict[str, str]] = field(default_factory=list)
+
+    def record(self, item: scenes.Sample, answer: str) -> None:
+        ok = normalize(answer) == normalize(item.answer)
+        self.overall.add(ok)
+        self.by_kind.setdefault(item.kind, Tally()).add(ok)
+        self.by_lang.setdefault(item.lang, Tally()).add(ok)
+        if not ok and len(self.mistakes) < 20:
+            self.mistakes.append(
+                {
+                    "seed": str(item.seed),
+                    "question": item.question,
+                    "expected": item.answer,
+                    "got": answer,
+                }
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        def row(t: Tally) -> dict[str, Any]:
+            return {"accuracy": round(t.accuracy, 4), "correct": t.correct, "total": t.total}
+
+        return {
+            "n": self.n,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "overall": row(self.overall),
+            "by_kind": {k: row(self.by_kind[k]) for k in scenes.KINDS if k in self.by_kind},
+            "by_lang": {k: row(v) for k, v in sorted(self.by_lang.items())},
+            "mistakes": self.mistakes,
+        }
+
+
+def evaluate(
+    answer: AnswerFn,
+    n: int = 2000,
+    seed: int = 0,
+    batch_size: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
+    """Ask ``n`` held-out questions (balanced over types and languages) through ``answer``."""
+    items = scenes.held_out(n, seed)
+    report = Report(n=n, seed=seed)
+    start = time.perf_counter()
+    for i in range(0, n, batch_size):
+        chunk = items[i : i + batch_size]
+        answers = answer([(item.images(), item.question) for item in chunk])
+        for item, got in zip(chunk, answers, strict=True):
+            report.record(item, got)
+        if progress is not None:
+            progress(min(i + batch_size, n), n)
+    report.seconds = time.perf_counter() - start
+    log.info("evaluated %d questions: %.4f", n, report.overall.accuracy)
+    return report

@@ -4,14 +4,15 @@ The engine runs a request in phases, one after the other on its worker: the visi
 encodes each new image alone (its activations are freed before the next image), then the
 language model prefills the whole prompt once (computing logits for the last position
 only), then decodes one token at a time into a KV cache that grows to
-``prompt + max_new_tokens`` positions. The estimate is the largest phase, plus a fixed
-workspace for kernels and the allocator's rounding:
+``prompt + max_new_tokens`` positions. The estimate is the largest phase, plus a workspace
+for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
 
 * **vision** (per image of ``N`` patches, width ``C``): the float32 pixel patches and their
-  cast, the residual stream, RMSNorm's float32 temporaries, the fused qkv projection and
-  rotary's float32 copies of q and k, or the MLP's three ``[N, intermediate]`` tensors,
-  whichever is larger. With SDPA/flash kernels attention itself keeps no score matrix;
-  with ``eager`` attention each window (or the whole image, in full-attention blocks)
+  cast to the model dtype (both alive through the tower), the residual stream, the fused
+  qkv projection and rotary's float32 work on q and k, or the MLP's three
+  ``[N, intermediate]`` tensors, whichever is larger. With SDPA or flash kernels attention
+  keeps no score matrix (transformers 5.24 uses SDPA on CPU and CUDA unless told
+  otherwise); with ``eager`` attention each window (or the whole image, in full-attention blocks)
   holds a ``heads × n × n`` float32 score matrix, and that term is added.
 * **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache for ``L``
   positions, the prompt embeddings and the image features, and one decoder layer's
@@ -36,7 +37,8 @@ from qwen_ui.admission.tokens import ImageGrid
 
 MiB = 1024 * 1024
 F32 = 4
-WORKSPACE_BYTES = 48 * MiB  # kernel workspaces, allocator rounding, small tensors
+WORKSPACE_BYTES = 8 * MiB  # kernel workspaces, allocator rounding, small tensors ...
+WORKSPACE_SHARE = 0.04  # ... plus this share of the largest phase
 FLASH_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
@@ -61,12 +63,19 @@ class Estimate:
     vision: int
     prefill: int
     decode: int
-    workspace: int = WORKSPACE_BYTES
     parts: dict[str, int] = field(default_factory=dict)
 
     @property
+    def peak(self) -> int:
+        return max(self.vision, self.prefill, self.decode)
+
+    @property
+    def workspace(self) -> int:
+        return WORKSPACE_BYTES + int(WORKSPACE_SHARE * self.peak)
+
+    @property
     def total(self) -> int:
-        return max(self.vision, self.prefill, self.decode) + self.workspace
+        return self.peak + self.workspace
 
     @property
     def peak_phase(self) -> str:
@@ -87,24 +96,25 @@ def estimate(request: RequestShape, model: ModelShape) -> Estimate:
 
 def vision_peak(patches: int, model: ModelShape) -> int:
     v, b, n = model.vision, model.dtype_bytes, patches
-    pixels = n * v.patch_input * F32  # float32 patches from the processor, on the device
+    # the float32 patches the processor made (moved to the device) and the model-dtype copy
+    # ``get_image_features`` casts them to; both stay alive through the whole tower
+    cast = b if b != F32 else 0
+    pixels = n * v.patch_input * (F32 + cast)
     rope = 2 * n * (v.hidden // v.heads) * F32  # cos and sin, float32, all blocks
-    embed = n * v.patch_input * b + n * v.hidden * b  # the cast and the conv output
     block = max(_vision_attention(n, v, b), _vision_mlp(n, v, b))
     merger = n * v.hidden * (b + 2 * F32) + (n // v.merge_unit) * v.out_hidden * 2 * b
-    return pixels + rope + max(embed, block, merger) + _scores(n, model)
+    return pixels + rope + max(block, merger) + _scores(n, model)
 
 
 def _vision_attention(n: int, v: VisionShape, b: int) -> int:
-    c = v.hidden
-    # residual + normed input + qkv (3c) + float32 q, k and two rotary temporaries
-    # + the attention output and its contiguous copy
-    return n * c * (2 * b + 3 * b + 4 * F32 + 2 * b)
+    # residual, normed input and qkv (3c) in the model dtype, plus rotary's float32 work:
+    # q and k upcast, ``q * cos``, ``rotate_half(q)`` and its halves, ``* sin``
+    return n * v.hidden * (7 * b + 6 * F32)
 
 
 def _vision_mlp(n: int, v: VisionShape, b: int) -> int:
-    # residual + normed input + act(gate), up and their product
-    return n * (2 * v.hidden * b + 3 * v.intermediate * b)
+    # residual + normed input (+ RMSNorm's float32 leftovers) and act(gate), up, product
+    return n * (v.hidden * (2 * b + 4 * F32) + 3 * v.intermediate * b)
 
 
 def _scores(n: int, model: ModelShape) -> int:
@@ -126,7 +136,8 @@ def prefill_peak(request: RequestShape, model: ModelShape) -> int:
     kv = model.kv_bytes_per_token * length
     kv_copy = length * t.kv_heads * t.head_dim * b  # one layer's keys while the cache copies
     inputs = length * t.hidden * b + 2 * request.image_tokens * t.hidden * b
-    positions = length * (3 * 8 + 2 * t.head_dim * (F32 + b))
+    # 3-D rope: position ids (int64 × 3), float32 angles per axis, cos/sin in the dtype
+    positions = length * (3 * 8 + 2 * t.head_dim * (3 * F32 + b))
     layer = max(_decoder_attention(length, t, b), _decoder_mlp(length, t, b))
     return kv + kv_copy + inputs + positions + layer + _logits(t, b)
 

@@ -9,7 +9,7 @@ generator, which closes the engine's iterator and so the work on the worker thre
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,8 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         def on_pick(chosen: Lang) -> tuple[Any, ...]:
             return (chosen, *_relabel(app, chosen))
 
+        controls = Controls()
+
         async def on_submit(
             message: dict[str, Any] | None,
             history: Messages | None,
@@ -109,8 +111,17 @@ def build_ui(app: FastAPI) -> gr.Blocks:
             current: Lang,
             request: gr.Request,
         ) -> AsyncIterator[tuple[Any, ...]]:
-            async for update in answer(app, message, history, conversation_id, current, request):
+            updates = answer(app, message, history, conversation_id, current, request, controls)
+            async for update in updates:
                 yield update
+
+        def on_stop(request: gr.Request) -> None:
+            controls.request(str(request.session_hash), "stop")
+
+        def on_new_chat(request: gr.Request) -> tuple[Any, ...]:
+            if controls.request(str(request.session_hash), "reset"):
+                return gr.update(), gr.update(), gr.update(), gr.update()  # the answer resets
+            return [], gr.update(value=None, interactive=True), None, progress_html(0.0)
 
         submitted = question.submit(
             on_submit,
@@ -125,23 +136,46 @@ def build_ui(app: FastAPI) -> gr.Blocks:
             [question, status],
             api_visibility="private",
         )
-        stop.click(
-            _stopped,
-            [chat, lang],
-            [chat, question, progress],
-            cancels=[submitted],
-            api_visibility="private",
-        )
+        stop.click(on_stop, None, None, api_visibility="private", concurrency_limit=None)
         new_chat.click(
-            lambda: ([], None, None, progress_html(0.0)),
+            on_new_chat,
             None,
             [chat, question, conversation, progress],
-            cancels=[submitted],
             api_visibility="private",
+            concurrency_limit=None,
         )
         blocks.load(on_load, None, [lang, *texts], api_visibility="private")
         picker.input(on_pick, picker, [lang, *texts], api_visibility="private")
     return blocks  # type: ignore[no-any-return]
+
+
+class Controls:
+    """Stop and New-conversation requests per browser session, read by the running answer.
+
+    The answer loop ends itself (closing the engine's iterator, which cancels the work)
+    and writes its own last update, so nothing races with a cancelled Gradio event."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.requested: dict[str, str] = {}  # session -> "stop" | "reset"
+
+    def request(self, session: str, what: str) -> bool:
+        """Ask the session's running answer to ``what``; False when none is running."""
+        if session not in self.running:
+            return False
+        self.requested[session] = what
+        return True
+
+    def begin(self, session: str) -> None:
+        self.running.add(session)
+        self.requested.pop(session, None)
+
+    def take(self, session: str) -> str | None:
+        return self.requested.pop(session, None)
+
+    def end(self, session: str) -> None:
+        self.running.discard(session)
+        self.requested.pop(session, None)
 
 
 async def answer(
@@ -151,12 +185,34 @@ async def answer(
     conversation_id: str | None,
     lang: Lang,
     request: gr.Request,
+    controls: Controls | None = None,
 ) -> AsyncIterator[tuple[Any, ...]]:
     """The submit handler: (chat, textbox, progress, conversation id, status) after every
     event; the status line is re-read when a stage changes, not on every token."""
+    controls = controls or Controls()
+    session = str(getattr(request, "session_hash", None) or id(request))
+    controls.begin(session)
+    try:
+        async for update in _answer(
+            app, message, history, conversation_id, lang, request, lambda: controls.take(session)
+        ):
+            yield update
+    finally:
+        controls.end(session)
+
+
+async def _answer(
+    app: FastAPI,
+    message: dict[str, Any] | None,
+    history: Messages | None,
+    conversation_id: str | None,
+    lang: Lang,
+    request: gr.Request,
+    control: Callable[[], str | None],
+) -> AsyncIterator[tuple[Any, ...]]:
     text = str((message or {}).get("text") or "")
     files = [_path_of(f) for f in (message or {}).get("files") or []]
-    chat: Messages = list(history or [])
+    chat = normalize(history)
     chat += [{"role": "user", "content": {"path": f}} for f in files]
     chat.append({"role": "user", "content": text})
     stage = {
@@ -180,8 +236,17 @@ async def answer(
         async with aclosing(engine.ask(ask)) as events:
             async for event in events:
                 conversation_id = _apply(event, stage, reply, lang) or conversation_id
+                if (wanted := control()) is not None:
+                    break  # leaving the block closes the iterator: the work is cancelled
                 status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
                 yield chat, locked, progress_html(_progress(event)), conversation_id, status
+            else:
+                return
+        if wanted == "reset":
+            yield [], gr.update(value=None), progress_html(0.0), None, status_markdown(app, lang)
+        else:
+            stopped, _box, bar = _stopped(chat, lang)
+            yield stopped, gr.update(), bar, conversation_id, status_markdown(app, lang)
     except QwenUIError as exc:
         _apply(Failed.of(exc, lang), stage, reply, lang)
         yield chat, locked, progress_html(0.0), conversation_id, status_markdown(app, lang)
@@ -211,13 +276,42 @@ def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lan
     return None
 
 
+def normalize(history: Messages | None) -> Messages:
+    """The Chatbot's value as it comes back from the browser (content as lists of typed
+    parts) in the simple form this module writes: one message per text or file part."""
+    out: Messages = []
+    for message in history or []:
+        content = message.get("content")
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            item: dict[str, Any] = {
+                "role": message.get("role", "assistant"),
+                "content": _part(part),
+            }
+            if message.get("metadata"):
+                item["metadata"] = dict(message["metadata"])
+            out.append(item)
+    return out
+
+
+def _part(part: Any) -> Any:
+    if isinstance(part, dict):
+        if part.get("type") == "text" or "text" in part:
+            return str(part.get("text", ""))
+        nested = part.get("file")
+        file: dict[str, Any] = nested if isinstance(nested, dict) else part
+        if file.get("path"):
+            return {"path": str(file["path"])}
+    return part if isinstance(part, str) else str(part or "")
+
+
 def _progress(event: Event) -> float:
     return float(getattr(event, "progress", 0.0))
 
 
 def _stopped(history: Messages | None, lang: Lang) -> tuple[Any, ...]:
     """After Stop: close any pending stage message and give the textbox back."""
-    chat = list(history or [])
+    chat = normalize(history)
     for message in chat:
         meta = message.get("metadata") or {}
         if meta.get("status") == "pending":

@@ -121,5 +121,23 @@ def test_ask_two_images_see_stages_and_stream_then_stop(
     progress = page.get_attribute("#qwen-progress .qwen-progress", "aria-valuenow")
     assert progress == "0"
     page.screenshot(path=str(artifacts / "chat-stopped.png"), full_page=True)
-    # the textbox is usable again and the next (short) question works
+    assert page.locator("#qwen-question textarea").is_enabled()  # usable again
+    page.click("#qwen-new-chat")
+    page.wait_for_function(
+        "!document.querySelector('#qwen-chat').innerText.includes('How many circles')",
+        timeout=10_000,
+    )
     assert page.locator("#qwen-question textarea").is_enabled()
+
+
+def test_chinese_page_shows_chinese_stages(
+    page: Page, server: ServerProcess, tmp_path: Path, artifacts: Path
+) -> None:
+    page.goto(server.url + "/?lang=zh")
+    page.wait_for_selector("#qwen-question textarea")
+    page.wait_for_selector("text=新对话")
+    ask_with_images(page, tmp_path, "图片里有什么形状？")
+    page.wait_for_selector("#qwen-chat >> text=正在回答", timeout=60_000)
+    page.click("#qwen-stop")
+    page.wait_for_selector("#qwen-chat >> text=已停止", timeout=15_000)
+    page.screenshot(path=str(artifacts / "chat-zh-stopped.png"), full_page=True)

@@ -119,3 +119,67 @@ def test_demo_examples_come_from_the_scene_grammar(tmp_path: Path) -> None:
     assert any(len(e["files"]) == 3 for e in examples)
     assert any(any("\u4e00" <= c <= "\u9fff" for c in e["text"]) for e in examples)
     assert all(Path(f).is_file() for e in examples for f in e["files"])
+
+
+def test_history_from_the_browser_is_normalised() -> None:
+    from qwen_ui.web.ui import normalize
+
+    browser = [
+        {
+            "role": "user",
+            "metadata": None,
+            "options": None,
+            "content": [{"file": {"path": "/tmp/a.png", "url": "/x"}, "type": "file"}],
+        },
+        {"role": "user", "metadata": None, "content": [{"text": "How many?", "type": "text"}]},
+        {
+            "role": "assistant",
+            "metadata": {"title": "Answering", "status": "pending"},
+            "content": [{"text": "• Answering", "type": "text"}],
+        },
+        {"role": "assistant", "metadata": None, "content": "three"},
+    ]
+    assert normalize(browser) == [
+        {"role": "user", "content": {"path": "/tmp/a.png"}},
+        {"role": "user", "content": "How many?"},
+        {
+            "role": "assistant",
+            "content": "• Answering",
+            "metadata": {"title": "Answering", "status": "pending"},
+        },
+        {"role": "assistant", "content": "three"},
+    ]
+    chat, _box, _bar = _stopped(browser, "zh")
+    assert chat[2]["metadata"]["title"] == "已停止"
+
+
+async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[tuple[Any, ...]]:
+    from qwen_ui.web.ui import Controls
+
+    controls = Controls()
+    user = SimpleNamespace(username="demo/demo", session_hash="s1")
+    message = {"text": "Describe", "files": image_files(tmp_path, 1)}
+    updates = []
+    async for update in answer(app, message, [], None, "en", user, controls):  # type: ignore[arg-type]
+        updates.append(copy.deepcopy(update))
+        if isinstance(update[0], list) and update[0] and update[0][-1]["content"]:
+            controls.request("s1", what)  # the answer is streaming: press the button
+    assert controls.running == set() and controls.requested == {}
+    return updates
+
+
+async def test_stop_ends_the_answer_and_cancels_the_work(chat_app: FastAPI, tmp_path: Path) -> None:
+    from qwen_ui.engine.engine import Engine
+
+    engine: Engine = chat_app.state.engine
+    updates = await stop_after_tokens(chat_app, tmp_path, "stop")
+    chat = updates[-1][0]
+    assert chat[-2]["metadata"] == {"title": "Stopped", "status": "done"}
+    assert chat[-1]["content"]  # the partial answer stays
+    assert engine.metrics.requests.labels("cancelled")._value.get() == 1
+
+
+async def test_new_conversation_while_answering_resets(chat_app: FastAPI, tmp_path: Path) -> None:
+    updates = await stop_after_tokens(chat_app, tmp_path, "reset")
+    chat, _box, _bar, conversation, _status = updates[-1]
+    assert chat == [] and conversation is None

@@ -16,10 +16,12 @@ MIN_PIXELS = 56 * 56
 MAX_PIXELS = 336 * 336
 VOCAB_SIZE = 1024  # 1000 learned BPE tokens + 22 Qwen added tokens, padded to 128
 
-# token ids follow from tokenizer.SPECIAL_TOKENS appended after the BPE vocabulary
-ENDOFTEXT_ID = 1000
-IM_START_ID = 1001
-IM_END_ID = 1002
+# token ids of the shipped tokenizer: the 1000 learned tokens, then <|im_end|> (eos) and
+# <|endoftext|> (pad) as the Qwen2Tokenizer constructor registers them, then the rest of
+# tokenizer.SPECIAL_TOKENS in Qwen's order (tests/demo/test_tokenizer.py pins them)
+IM_END_ID = 1000
+ENDOFTEXT_ID = 1001
+IM_START_ID = 1002
 VISION_START_ID = 1009
 VISION_END_ID = 1010
 IMAGE_PAD_ID = 1012

@@ -2,8 +2,10 @@
 
 The BPE is trained with the ``tokenizers`` library on questions and answers of the grammar
 in both languages (with Qwen2's pre-tokenizer regex), then wrapped as transformers'
-``Qwen2Tokenizer`` with the Qwen2.5-VL special tokens appended after the learned vocabulary
-(in Qwen's order) and the Qwen2.5-VL chat template. :func:`build_processor` adds the
+``Qwen2Tokenizer`` with the Qwen2.5-VL added tokens after the learned vocabulary and the
+Qwen2.5-VL chat template. The constructor registers eos ``<|im_end|>`` (id 1000) and pad
+``<|endoftext|>`` (1001) first; the others follow in Qwen's order (``<|im_start|>`` 1002 ...
+``<|file_sep|>`` 1021). ``modelcfg`` holds these ids. :func:`build_processor` adds the
 image processor and saves the standard Hugging Face files.
 """
 

@@ -1,0 +1,128 @@
+"""The scene generator: deterministic per seed, answers consistent with the scenes."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from qwen_ui.demo import scenes
+
+
+def png(sample: scenes.Sample) -> list[bytes]:
+    out = []
+    for image in sample.images():
+        buf = io.BytesIO()
+        image.save(buf, "PNG")
+        out.append(buf.getvalue())
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345, scenes.HELD_OUT_BASE + 7])
+def test_same_seed_same_sample(seed: int) -> None:
+    a, b = scenes.sample(seed), scenes.sample(seed)
+    assert a == b
+    assert png(a) == png(b)
+
+
+def test_different_seeds_differ() -> None:
+    samples = [scenes.sample(seed) for seed in range(50)]
+    assert len({(s.question, s.answer, s.scenes) for s in samples}) == 50
+
+
+def test_held_out_is_balanced_and_outside_training_seeds() -> None:
+    items = scenes.held_out(64, seed=3)
+    pairs = {(s.kind, s.lang) for s in items}
+    assert pairs == {(k, lang) for k in scenes.KINDS for lang in scenes.LANGS}
+    assert all(s.seed >= scenes.HELD_OUT_BASE for s in items)
+    assert scenes.held_out(64, seed=3) == items
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_scene_bounds(seed: int) -> None:
+    sample = scenes.sample(seed)
+    assert 1 <= len(sample.scenes) <= 3
+    for scene in sample.scenes:
+        assert 160 <= scene.width <= 480 and 160 <= scene.height <= 480
+        assert 1 <= len(scene.shapes) <= scenes.MAX_SHAPES
+        for s in scene.shapes:
+            assert s.r <= s.cx <= scene.width - s.r and s.r <= s.cy <= scene.height - s.r
+    for image, scene in zip(sample.images(), sample.scenes, strict=True):
+        assert image.size == (scene.width, scene.height) and image.mode == "RGB"
+
+
+def count_answer(sample: scenes.Sample) -> int:
+    """Recount from the scene what a counting question asks (parsing the English)."""
+    q = sample.question.removeprefix("How many ").removesuffix(" are there?").split()
+    colour = q[0] if q[0] in scenes.COLOURS else None
+    noun = q[-1]
+    kind = next((k for k, p in scenes.SHAPE_PLURAL.items() if p == noun), None)
+    return sample.scenes[0].count(colour, kind)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_count_answers_match_the_scene(seed: int) -> None:
+    sample = scenes.sample(seed, kind="count", lang="en")
+    assert int(sample.answer) == count_answer(sample)
+    total = scenes.sample(seed, kind="total", lang="zh")
+    assert int(total.answer) == len(total.scenes[0].shapes)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_unique_attribute_questions(seed: int) -> None:
+    colour_q = scenes.sample(seed, kind="colour", lang="en")
+    kind = colour_q.question.split()[-1].rstrip("?")
+    (target,) = [s for s in colour_q.scenes[0].shapes if s.kind == kind]
+    assert colour_q.answer == target.colour
+    shape_q = scenes.sample(seed, kind="shape", lang="zh")
+    zh_colour = shape_q.question.split("的")[0]
+    colour = next(c for c, z in scenes.COLOUR_ZH.items() if z == zh_colour)
+    (target,) = [s for s in shape_q.scenes[0].shapes if s.colour == colour]
+    assert shape_q.answer == scenes.SHAPE_ZH[target.kind]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_multi_image_answers(seed: int) -> None:
+    compare = scenes.sample(seed, kind="multi_compare", lang="en")
+    noun = compare.question.split()[-1].rstrip("?")
+    kind = next(k for k, p in scenes.SHAPE_PLURAL.items() if p == noun)
+    counts = [scene.count(kind=kind) for scene in compare.scenes]
+    assert counts.count(max(counts)) == 1
+    assert compare.answer == scenes.ORDINAL_EN[counts.index(max(counts))]
+    together = scenes.sample(seed, kind="multi_count", lang="zh")
+    kind = next(k for k, z in scenes.SHAPE_ZH.items() if together.question.endswith(z + "？"))
+    assert int(together.answer) == sum(s.count(kind=kind) for s in together.scenes)
+
+
+def find(scene: scenes.Scene, colour: str, kind: str) -> scenes.Shape:
+    (shape,) = [s for s in scene.shapes if s.colour == colour and s.kind == kind]
+    return shape
+
+
+def relation(words: str) -> str:
+    return next(r for r, text in scenes.REL_EN.items() if words.endswith(text))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_spatial_answers_hold(seed: int) -> None:
+    sample = scenes.sample(seed, kind="spatial", lang="en")
+    scene = sample.scenes[0]
+    words = sample.question.rstrip("?").split()
+    if sample.question.startswith("What shape is"):
+        rel = relation(" ".join(words[3:-3]))
+        ref = find(scene, words[-2], words[-1])
+        hits = [s for s in scene.shapes if s is not ref and scenes.holds(rel, s, ref)]
+        assert [h.kind for h in hits] == [sample.answer]
+    else:
+        a = find(scene, words[2], words[3])
+        b = find(scene, words[-2], words[-1])
+        rel = relation(" ".join(words[4:-3]))
+        if sample.answer == "yes":
+            assert scenes.holds(rel, a, b)
+        else:
+            assert sample.answer == "no" and scenes.clearly_not(rel, a, b)
+
+
+def test_exists_answers_both_ways() -> None:
+    answers = {scenes.sample(seed, kind="exists", lang="zh").answer for seed in range(40)}
+    assert answers == {"有", "没有"}

@@ -1,0 +1,84 @@
+"""Both shipped revisions load and answer questions of the grammar.
+
+bf16 loads through the transformers Auto class; awq through the dequantizing reference
+loader (the engine's int4 loader is tested in tests/engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from qwen_ui.demo import scenes
+from qwen_ui.demo.answer import answer_batch, load_bf16, load_processor
+from qwen_ui.demo.awq_ref import load_awq_dequantized
+from qwen_ui.demo.install import weights_dir
+
+pytestmark = pytest.mark.slow
+
+FIXED = scenes.held_out(16, seed=1)  # one per (question type, language): 1 to 3 images
+ALLOWED = {
+    "count": {str(n) for n in range(19)},
+    "total": {str(n) for n in range(19)},
+    "multi_count": {str(n) for n in range(19)},
+    "colour": set(scenes.COLOURS) | set(scenes.COLOUR_ZH.values()),
+    "shape": set(scenes.SHAPES) | set(scenes.SHAPE_ZH.values()),
+    "exists": {"yes", "no", "有", "没有"},
+    "spatial": set(scenes.SHAPES) | set(scenes.SHAPE_ZH.values()) | {"yes", "no", "是", "否"},
+    "multi_compare": set(scenes.ORDINAL_EN) | set(scenes.ORDINAL_ZH),
+}
+
+
+def load(revision: str) -> Any:
+    path = weights_dir(revision)
+    if revision == "awq":
+        return load_awq_dequantized(path, torch.float32)
+    return load_bf16(path, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def processor() -> Any:
+    return load_processor(weights_dir("bf16"))
+
+
+@pytest.fixture(scope="module")
+def answers(processor: Any) -> dict[str, list[str]]:
+    items = [(s.images(), s.question) for s in FIXED]
+    return {rev: answer_batch(load(rev), processor, items) for rev in ("bf16", "awq")}
+
+
+@pytest.mark.parametrize("revision", ["bf16", "awq"])
+def test_answers_are_short_and_in_the_question_language(
+    answers: dict[str, list[str]], revision: str
+) -> None:
+    for sample, got in zip(FIXED, answers[revision], strict=True):
+        assert got in ALLOWED[sample.kind], (sample.question, got)
+        if not got.isdigit():
+            is_zh = any("\u4e00" <= ch <= "\u9fff" for ch in got)
+            assert is_zh == (sample.lang == "zh"), (sample.question, got)
+
+
+def test_awq_agrees_with_bf16(answers: dict[str, list[str]]) -> None:
+    same = sum(a == b for a, b in zip(answers["bf16"], answers["awq"], strict=True))
+    assert same >= len(FIXED) - 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the shipped weights come from a training run cut short "
+    "(about 43% held-out accuracy, docs/demo-model.md); retrain to pass",
+)
+@pytest.mark.parametrize("revision", ["bf16", "awq"])
+def test_answers_are_right(answers: dict[str, list[str]], revision: str) -> None:
+    wrong = [
+        (s.question, s.answer, got)
+        for s, got in zip(FIXED, answers[revision], strict=True)
+        if got != s.answer
+    ]
+    assert wrong == []
+
+
+def test_weights_dir_is_in_package() -> None:
+    assert Path(weights_dir("bf16")).is_relative_to(Path(scenes.__file__).parent)

@@ -216,9 +216,13 @@ def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path
     (tmp / "config.json").write_text(json.dumps(data, indent=2))
     for item in DEMO_FILES.iterdir():
         shutil.copy(item, tmp / item.name)
+    qwen_bounds = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}  # Qwen's own
     pre = json.loads((tmp / "preprocessor_config.json").read_text())
-    pre["size"] = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}  # Qwen's own
+    pre["size"] = qwen_bounds
     (tmp / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    proc = json.loads((tmp / "processor_config.json").read_text())
+    proc["image_processor"]["size"] = qwen_bounds
+    (tmp / "processor_config.json").write_text(json.dumps(proc, indent=2))
     tmp.rename(out)
     return out
 
@@ -495,9 +499,9 @@ async def _clients(
         tenant = ("tenant-a", "tenant-b")[index % 2]
         while todo:
             todo.pop()
-            count = rng.randint(0, 8)
-            sizes = [(rng.randint(56, 2000), rng.randint(56, 2000)) for _ in range(count)]
-            request = request_of(tenant, sizes, rng.choice([8, 16, 32, 64]), rng)
+            count = rng.randint(0, 4)
+            sizes = [(rng.randint(56, 1400), rng.randint(56, 1400)) for _ in range(count)]
+            request = request_of(tenant, sizes, rng.choice([8, 16, 32]), rng)
             last = [e async for e in engine.ask(request)][-1]
             key = (
                 "done" if isinstance(last, Done) else last.code if isinstance(last, Failed) else "?"

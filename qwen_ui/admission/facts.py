@@ -42,7 +42,9 @@ class ModelFacts:
         return len(ids) - text.count(IMAGE_PAD)
 
 
-def load_facts(path: Path, dtype: torch.dtype, min_pixels: int, max_pixels: int) -> ModelFacts:
+def load_facts(
+    path: Path, device: torch.device, dtype: torch.dtype, min_pixels: int, max_pixels: int
+) -> ModelFacts:
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
         path, local_files_only=True
@@ -51,7 +53,8 @@ def load_facts(path: Path, dtype: torch.dtype, min_pixels: int, max_pixels: int)
     low, high = pixel_bounds(image_processor, min_pixels, max_pixels)  # as the engine does
     geometry = Geometry.of(image_processor, low, high)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    return ModelFacts(model_shape(config, dtype), geometry, processor, weights)
+    shape = model_shape(config, dtype, device.type)
+    return ModelFacts(shape, geometry, processor, weights)
 
 
 def _image_processor_config(path: Path, processor: Any) -> Any:

@@ -119,7 +119,12 @@ class EngineAdmission:
                 snapshot = await asyncio.to_thread(engine.pipelines.snapshot)
                 s = self.settings
                 self._facts = await asyncio.to_thread(
-                    load_facts, Path(snapshot.path), self.dtype, s.min_pixels, s.max_pixels
+                    load_facts,
+                    Path(snapshot.path),
+                    self.device,
+                    self.dtype,
+                    s.min_pixels,
+                    s.max_pixels,
                 )
                 self._update_budget()
             await self._measure_resident()

@@ -42,6 +42,7 @@ class ModelShape:
     vision: VisionShape
     dtype_bytes: int  # compute dtype of activations, KV cache and embeddings
     attn_implementation: str  # "sdpa", "eager", "flash_attention_2", ...
+    preprocess_on_device: bool = False  # the processor's buffers count too (the CPU)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -100,7 +101,7 @@ def vision_shape(config: Any, text_hidden: int) -> VisionShape:
     )
 
 
-def model_shape(config: Any, dtype: torch.dtype) -> ModelShape:
+def model_shape(config: Any, dtype: torch.dtype, device: str = "cuda") -> ModelShape:
     text = text_shape(config)
     attn = getattr(config, "_attn_implementation", None) or "sdpa"
     return ModelShape(
@@ -108,4 +109,5 @@ def model_shape(config: Any, dtype: torch.dtype) -> ModelShape:
         vision=vision_shape(config, text.hidden),
         dtype_bytes=torch.empty((), dtype=dtype).element_size(),
         attn_implementation=str(attn),
+        preprocess_on_device=device == "cpu",
     )

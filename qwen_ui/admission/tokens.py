@@ -58,6 +58,7 @@ class ImageGrid:
     h: int
     w: int
     merge_size: int
+    source_pixels: int = 0  # width × height before the resize
 
     @property
     def patches(self) -> int:
@@ -83,7 +84,7 @@ def resized(width: int, height: int, geometry: Geometry) -> tuple[int, int]:
 def image_grid(width: int, height: int, geometry: Geometry) -> ImageGrid:
     w, h = resized(width, height, geometry)
     p = geometry.patch_size
-    return ImageGrid(1, h // p, w // p, geometry.merge_size)
+    return ImageGrid(1, h // p, w // p, geometry.merge_size, width * height)
 
 
 def image_tokens(width: int, height: int, geometry: Geometry) -> int:

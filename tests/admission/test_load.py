@@ -138,7 +138,7 @@ async def test_32_clients_of_2_tenants(served: tuple[FastAPI, str]) -> None:
         http = await session_client(app, url, tenant)
         outcomes = []
         try:
-            for k in range(PER_CLIENT):
+            for _ in range(PER_CLIENT):
                 images = rng.sample(pictures, rng.randint(0, 3))
                 hang_up = index < HANG_UPS and "disconnected" not in outcomes
                 outcomes.append(await one_request(http, images, hang_up, seen))

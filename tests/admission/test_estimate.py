@@ -1,0 +1,138 @@
+"""The estimate: sizes read from configs, its terms, and the total against the CPU
+allocator's measured peak of real requests through the engine (tiny random model)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.profiler._memory_profiler import Action
+from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+
+from qwen_ui.admission.estimate import WORKSPACE_BYTES, RequestShape, estimate
+from qwen_ui.admission.shape import model_shape
+from qwen_ui.admission.tokens import ImageGrid
+from qwen_ui.engine.engine import Engine
+from qwen_ui.store import ModelStore
+from tests.admission.conftest import ask, collect, noise, start
+
+QWEN25_7B = {
+    "text_config": {
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+    },
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "window_size": 112,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+    },
+}
+
+
+def test_sizes_come_from_the_config() -> None:
+    shape = model_shape(Qwen2_5_VLConfig(**QWEN25_7B), torch.bfloat16)
+    assert shape.kv_bytes_per_token == 56 * 1024  # STACK.md: 56 KiB per token for 7B
+    v = shape.vision
+    assert (v.hidden, v.intermediate, v.heads, v.out_hidden) == (1280, 3420, 16, 3584)
+    assert (v.patch_input, v.merge_unit, v.window_patches, v.full_blocks) == (1176, 4, 64, 4)
+    assert shape.text.vocab == 152064 and shape.text.head_dim == 128
+    assert model_shape(Qwen2_5_VLConfig(**QWEN25_7B), torch.float32).kv_bytes_per_token == (
+        2 * 56 * 1024
+    )
+
+
+def test_qwen2_vl_vision_sizes() -> None:
+    config = Qwen2VLConfig(
+        text_config={"hidden_size": 1536, "num_attention_heads": 12, "num_key_value_heads": 2},
+        vision_config={"embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "depth": 32},
+    )
+    v = model_shape(config, torch.bfloat16).vision
+    assert (v.hidden, v.intermediate, v.window_patches, v.full_blocks) == (1280, 5120, 0, 32)
+    assert v.out_hidden == 1536
+
+
+def grid(tokens_side: int) -> ImageGrid:
+    return ImageGrid(1, 2 * tokens_side, 2 * tokens_side, 2)
+
+
+def test_terms_grow_with_the_request() -> None:
+    shape = model_shape(Qwen2_5_VLConfig(**QWEN25_7B), torch.bfloat16)
+    one = estimate(RequestShape([grid(36)], 1296, 60, 512), shape)
+    eight = estimate(RequestShape([grid(36)] * 8, 8 * 1296, 60, 512), shape)
+    longer = estimate(RequestShape([grid(36)], 1296, 60, 8192), shape)
+    assert eight.prefill > one.prefill and eight.vision == one.vision  # encoded one by one
+    assert longer.decode > one.decode and longer.prefill == one.prefill
+    assert one.parts["kv_cache"] == (1296 + 60 + 512) * 56 * 1024
+    assert eight.total == eight.peak + eight.workspace and eight.workspace > WORKSPACE_BYTES
+    assert eight.peak_phase == "prefill" and longer.peak_phase in ("decode", "prefill")
+
+
+def test_eager_attention_adds_score_matrices() -> None:
+    config = Qwen2_5_VLConfig(**QWEN25_7B)
+    sdpa = model_shape(config, torch.bfloat16)
+    config._attn_implementation = "eager"
+    eager = model_shape(config, torch.bfloat16)
+    request = RequestShape([grid(40)], 1600, 10, 1)
+    n = grid(40).patches
+    extra = estimate(request, eager).vision - estimate(request, sdpa).vision
+    assert extra == 16 * n * n * (2 * 2 + 4)  # full-attention blocks: heads × n × n
+
+
+# --- measured on the CPU ---------------------------------------------------------------
+
+
+async def _on_worker(engine: Engine, fn: Callable[[], Any]) -> None:
+    job = engine.worker.submit(lambda _job: fn())
+    async for _ in job.events():
+        pass
+
+
+def _peak(prof: Any) -> int:
+    live = peak = 0
+    for _t, action, _key, size in prof._memory_profile().timeline:
+        live += size if action == Action.CREATE else -size if action == Action.DESTROY else 0
+        peak = max(peak, live)
+    return peak
+
+
+async def test_estimate_covers_the_measured_peak(tmp_path: Path, tiny_store: ModelStore) -> None:
+    """The allocator's peak on the engine's worker thread (the profiler records one
+    thread) for a vision-dominated and a prefill-dominated request. (The decode phase of
+    this tiny model is too small to measure against the fixed workspace; the GPU bench
+    covers long answers on the full-size architecture.)"""
+    w = await start(tmp_path, tiny_store, max_pixels=896 * 896, max_new_tokens_limit=4096)
+    cases = [
+        ([(896, 672)], 2),  # one large image: the vision tower
+        ([(448, 448), (640, 480), (896, 600)], 2),  # many image tokens: prefill
+    ]
+    try:
+        assert (await collect(w.engine, ask([noise((64, 64), 0)])))[-1].type == "done"
+        for i, (sizes, max_new) in enumerate(cases):
+            request = ask([noise(s, 20 + i) for s in sizes], max_new_tokens=max_new)
+            sized = await w.admission.size(request, sizes)
+            prof = profile(
+                activities=[ProfilerActivity.CPU],
+                profile_memory=True,
+                record_shapes=True,
+                with_stack=True,
+            )
+            await _on_worker(w.engine, prof.__enter__)
+            done = (await collect(w.engine, request))[-1]
+            await _on_worker(w.engine, lambda p=prof: p.__exit__(None, None, None))
+            measured = _peak(prof)
+            total = sized.estimate.total
+            assert done.type == "done" and measured > 0
+            assert measured <= total <= 1.3 * measured + WORKSPACE_BYTES, (i, measured, total)
+    finally:
+        await w.engine.close()

@@ -454,15 +454,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--device", default="cuda")
+    p.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="continue from this saved model folder (a new optimizer and schedule)",
+    )
     return p.parse_args(argv)
 
 
-def build_model(device: torch.device) -> Any:
+def build_model(device: torch.device, init: Path | None = None) -> Any:
+    """A fresh model, or (``init``) one continuing from a saved checkpoint, in fp32."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    config = modelcfg.build_config()
-    config._attn_implementation = "sdpa"
-    model = Qwen2_5_VLForConditionalGeneration(config).to(device)
+    if init is not None:
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+            str(init), dtype=torch.float32, attn_implementation="sdpa"
+        ).to(device)
+    else:
+        config = modelcfg.build_config()
+        config._attn_implementation = "sdpa"
+        model = Qwen2_5_VLForConditionalGeneration(config).to(device)
     model.generation_config.eos_token_id = [modelcfg.IM_END_ID, modelcfg.ENDOFTEXT_ID]
     model.generation_config.pad_token_id = modelcfg.ENDOFTEXT_ID
     model.generation_config.do_sample = False
@@ -487,7 +499,7 @@ def run(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
-    model = build_model(device)
+    model = build_model(device, args.init)
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     loader = DataLoader(

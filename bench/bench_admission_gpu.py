@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import io
 import json
 import logging
@@ -443,7 +444,9 @@ def _expect_done(events: list[Any]) -> Done:
 async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     device = torch.device(args.device)
     limit = A10_LIMIT if device.type == "cuda" else 512 * 2**20
+    gc.collect()  # the accuracy phase's engine (and its copy of the weights) is gone
     if device.type == "cuda":
+        torch.cuda.empty_cache()
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(limit / total, device)
     settings = settings_for(

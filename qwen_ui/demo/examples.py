@@ -1,0 +1,41 @@
+"""Example images and questions from the demo grammar, for the UI when the demo model is
+loaded (one per question type, in the requested language)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from qwen_ui.demo import scenes
+
+EXAMPLE_BASE = scenes.HELD_OUT_BASE + 999 * 10**6  # held-out range: never trained on
+NOTICE = {
+    "en": "This is a small demo model that only knows simple shapes (circles, squares, "
+    "triangles, stars in six colours). Ask it to count, name colours or shapes, compare "
+    "positions or compare images.",
+    "zh": "这是一个只认识简单图形（六种颜色的圆形、正方形、三角形、星形）的小型演示模型。"
+    "可以让它数数、说出颜色或形状、比较位置或比较几张图。",
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    kind: str
+    question: str
+    answer: str
+    images: tuple[Path, ...]
+
+
+def examples(out_dir: Path, lang: scenes.Lang = "en") -> list[Example]:
+    """One example per question type; its images are written (PNG) under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = []
+    for i, kind in enumerate(scenes.KINDS):
+        sample = scenes.sample(EXAMPLE_BASE + i, kind, lang)
+        paths = []
+        for j, image in enumerate(sample.images()):
+            path = out_dir / f"demo-{kind}-{lang}-{j + 1}.png"
+            image.save(path, "PNG")
+            paths.append(path)
+        found.append(Example(kind, sample.question, sample.answer, tuple(paths)))
+    return found

@@ -1,0 +1,20 @@
+"""UI examples from the grammar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+from qwen_ui.demo import scenes
+from qwen_ui.demo.examples import NOTICE, examples
+
+
+def test_one_example_per_type_in_each_language(tmp_path: Path) -> None:
+    for lang in scenes.LANGS:
+        found = examples(tmp_path, lang)
+        assert [e.kind for e in found] == list(scenes.KINDS)
+        for e in found:
+            assert all(Image.open(p).size[0] >= 160 for p in e.images)
+            assert any("\u4e00" <= c <= "\u9fff" for c in e.question) == (lang == "zh")
+    assert set(NOTICE) == {"en", "zh"}

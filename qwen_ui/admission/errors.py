@@ -20,22 +20,22 @@ class QueueTimeout(ServiceUnavailable):
 class NeverFits(PayloadTooLarge):
     code = "request_too_large_for_memory"
     en = (
-        "This question needs about {needed} of GPU memory but the server has {budget} for "
+        "This question needs about {needed} of memory but the server has {budget} for "
         "questions. Ask with fewer or smaller images, or a lower max_new_tokens."
     )
     zh = (
-        "这个问题约需 {needed} 显存，而服务器可用于提问的只有 {budget}。"
+        "这个问题约需 {needed} 内存，而服务器可用于提问的只有 {budget}。"
         "请减少图片数量、使用更小的图片或降低 max_new_tokens。"
     )
 
 
 class ImagesNeverFit(NeverFits):
     en = (
-        "This question needs about {needed} of GPU memory but the server has {budget} for "
+        "This question needs about {needed} of memory but the server has {budget} for "
         "questions. Attach fewer or smaller images ({images} attached, {tokens} image tokens)."
     )
     zh = (
-        "这个问题约需 {needed} 显存，而服务器可用于提问的只有 {budget}。"
+        "这个问题约需 {needed} 内存，而服务器可用于提问的只有 {budget}。"
         "请减少图片数量或使用更小的图片（已附加 {images} 张，共 {tokens} 个图像 token）。"
     )
 

@@ -29,7 +29,7 @@ from qwen_ui.admission.controller import (
     TenantLimit,
     unlimited,
 )
-from qwen_ui.admission.errors import ImagesNeverFit, human_bytes
+from qwen_ui.admission.errors import ImagesNeverFit, NeverFits, human_bytes
 from qwen_ui.admission.facts import ModelFacts, load_facts
 from qwen_ui.admission.metrics import AdmissionMetrics
 from qwen_ui.admission.sizing import (
@@ -97,7 +97,7 @@ class EngineAdmission:
         max_pixels = await asyncio.to_thread(
             largest_fitting_max_pixels,
             facts,
-            request.question,
+            request.question.strip(),
             [c.size for c in images],
             history,
             self._max_new_tokens(request),
@@ -146,11 +146,11 @@ class EngineAdmission:
         if sized.estimate.total <= self.controller.budget:
             return
         self.controller.metrics.refusals.labels("never_fits").inc()
+        needed, budget = human_bytes(sized.estimate.total), human_bytes(self.controller.budget)
+        if not sized.new_grids:
+            raise NeverFits(needed=needed, budget=budget)
         raise ImagesNeverFit(
-            needed=human_bytes(sized.estimate.total),
-            budget=human_bytes(self.controller.budget),
-            images=len(sized.new_grids),
-            tokens=sized.image_tokens,
+            needed=needed, budget=budget, images=len(sized.new_grids), tokens=sized.image_tokens
         )
 
     def _max_new_tokens(self, request: AskRequest) -> int:

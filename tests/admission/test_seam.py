@@ -52,6 +52,9 @@ async def test_a_request_that_never_fits_is_refused_with_what_to_do(wired: Wired
     assert isinstance(failed, Failed) and failed.code == ImagesNeverFit.code
     assert failed.status == 413 and "fewer or smaller images" in failed.message
     assert "3 attached" in failed.message and not stages(events, "queued")
+    text_only = (await collect(wired.engine, ask([], max_new_tokens=2000)))[-1]
+    assert isinstance(text_only, Failed) and text_only.code == ImagesNeverFit.code
+    assert "max_new_tokens" in text_only.message
     assert wired.controller.in_use == 0 and wired.controller.waiting == 0
 
 

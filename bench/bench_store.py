@@ -83,7 +83,9 @@ def cached_fraction(paths: list[Path]) -> float | None:
         return None
     out = subprocess.run(
         ["fincore", "--bytes", "--noheadings", "--output", "RES,SIZE", *map(str, paths)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     res = size = 0
     for line in out.splitlines():
@@ -104,15 +106,20 @@ def cat(paths: list[Path]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--total-gib", type=float, default=4.0)
     parser.add_argument("--sparse", action="store_true")
     parser.add_argument("--repeat", type=int, default=200, help="fast verify runs")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="runs of each full read (median reported, range in brackets)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="runs of each full read (median reported, range in brackets)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     args = parser.parse_args()
 
@@ -132,8 +139,11 @@ def run(args: argparse.Namespace, work: Path) -> int:
     src = work / "src"
     src.mkdir()
     t = timed(lambda: make_source(src, args.files, total, args.sparse))
-    print(f"generated {args.files} files, {total / 1e9:.2f} GB "
-          f"({'sparse' if args.sparse else 'random data'}) in {t:.1f} s", file=sys.stderr)
+    print(
+        f"generated {args.files} files, {total / 1e9:.2f} GB "
+        f"({'sparse' if args.sparse else 'random data'}) in {t:.1f} s",
+        file=sys.stderr,
+    )
 
     store = ModelStore(work / "store")
     install_s = timed(lambda: store.install(src, MODEL, "master"))
@@ -168,31 +178,49 @@ def run(args: argparse.Namespace, work: Path) -> int:
             known = [c for c in cached if c is not None]
             rows.append((state, name, times, max(known) if known else None))
 
-    fs = subprocess.run(["findmnt", "-no", "FSTYPE,SOURCE", "-T", str(work)],
-                        capture_output=True, text=True).stdout.strip() or "?"
+    fs = (
+        subprocess.run(
+            ["findmnt", "-no", "FSTYPE,SOURCE", "-T", str(work)], capture_output=True, text=True
+        ).stdout.strip()
+        or "?"
+    )
     sha = hashlib.sha256()
     buf = os.urandom(64 * MiB)
     sha_s = timed(lambda: [sha.update(buf) for _ in range(8)])
-    print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"{_cpu_model()}; file system: {fs}; python {platform.python_version()}")
-    print(f"sha256 on one core: {8 * 64 * MiB / sha_s / 1e6:.0f} MB/s; load average at the "
-          f"start {load_start}, at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"snapshot: {len(paths)} files, {size / 1e9:.2f} GB "
-          f"({'sparse' if args.sparse else 'random data'})\n")
+    print(
+        f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{_cpu_model()}; file system: {fs}; python {platform.python_version()}"
+    )
+    print(
+        f"sha256 on one core: {8 * 64 * MiB / sha_s / 1e6:.0f} MB/s; load average at the "
+        f"start {load_start}, at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"snapshot: {len(paths)} files, {size / 1e9:.2f} GB "
+        f"({'sparse' if args.sparse else 'random data'})\n"
+    )
     print(f"| operation | cache | time (median) | throughput (median, range of {args.runs}) |")
     print("| --- | --- | --- | --- |")
-    print(f"| install (copy + sha256 + fsync) | source just written | {install_s:.2f} s "
-          f"| {size / install_s / 1e6:.0f} MB/s |")
-    print(f"| resolve (ref + manifest + sizes) | — | median {resolve_ms[0]:.2f} ms, "
-          f"max {resolve_ms[1]:.2f} ms | — |")
-    print(f"| verify (fast: sizes, no extra files) | — | median {verify_ms[0]:.2f} ms, "
-          f"max {verify_ms[1]:.2f} ms | — |")
+    print(
+        f"| install (copy + sha256 + fsync) | source just written | {install_s:.2f} s "
+        f"| {size / install_s / 1e6:.0f} MB/s |"
+    )
+    print(
+        f"| resolve (ref + manifest + sizes) | — | median {resolve_ms[0]:.2f} ms, "
+        f"max {resolve_ms[1]:.2f} ms | — |"
+    )
+    print(
+        f"| verify (fast: sizes, no extra files) | — | median {verify_ms[0]:.2f} ms, "
+        f"max {verify_ms[1]:.2f} ms | — |"
+    )
     for state, name, times, cached in rows:
         note = f"{state} ({cached:.0%} cached before)" if cached is not None else state
         rates = sorted(size / t / 1e6 for t in times)
         spread = f" ({rates[0]:.0f}–{rates[-1]:.0f})" if len(rates) > 1 else ""
-        print(f"| {name} | {note} | {statistics.median(times):.2f} s "
-              f"| {statistics.median(rates):.0f} MB/s{spread} |")
+        print(
+            f"| {name} | {note} | {statistics.median(times):.2f} s "
+            f"| {statistics.median(rates):.0f} MB/s{spread} |"
+        )
     return 0
 
 

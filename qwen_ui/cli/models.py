@@ -134,9 +134,12 @@ def register(sub: Any) -> None:
         help="free space required when the repository size cannot be listed (default 16)",
     )
     p.add_argument("--check-only", action="store_true", help="check, do not download")
-    p.add_argument("--force", action="store_true",
-                   help="download even when the store has identical content (to repair a "
-                   "snapshot that verify --full reported damaged)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="download even when the store has identical content (to repair a "
+        "snapshot that verify --full reported damaged)",
+    )
     p.set_defaults(func=cmd_fetch)
 
     p = cmds.add_parser("root", parents=[common], help="print the store root")
@@ -204,10 +207,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if file:
                 print(f"       file: {file}", file=sys.stderr)
             if isinstance(exc, ModelCorrupt):
-                print(f"       repair: scripts/cache_model.sh --force {model_id} {revision}, "
-                      f"or qwen-ui models install DIR --model-id {model_id} --revision "
-                      f"{revision} (installing intact files replaces damaged ones)",
-                      file=sys.stderr)
+                print(
+                    f"       repair: scripts/cache_model.sh --force {model_id} {revision}, "
+                    f"or qwen-ui models install DIR --model-id {model_id} --revision "
+                    f"{revision} (installing intact files replaces damaged ones)",
+                    file=sys.stderr,
+                )
             failed += 1
             continue
         seconds = time.perf_counter() - started

@@ -216,7 +216,8 @@ def download(store: ModelStore, model_id: str, revision: str, endpoint: str) -> 
         if exc.errno == errno.ENOSPC:
             raise FetchError(
                 f"the disk of {store.root} filled up during the download; free space and "
-                "re-run the same command to resume", EXIT_NO_SPACE,
+                "re-run the same command to resume",
+                EXIT_NO_SPACE,
             ) from exc
         raise FetchError(_failed(endpoint, exc), EXIT_DOWNLOAD_FAILED) from exc
     except Exception as exc:  # the SDK's own errors: network, integrity, permissions

@@ -94,14 +94,32 @@ print("done")
 
 
 def start_child(
-    root: Path, src: Path, model_id: str, revision: str, phase: str, signal: Path,
+    root: Path,
+    src: Path,
+    model_id: str,
+    revision: str,
+    phase: str,
+    signal: Path,
     barrier: list[Path] | None = None,
 ) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(root), str(src), model_id, revision, phase,
-         str(signal), *map(str, barrier or [])],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(root),
+            str(src),
+            model_id,
+            revision,
+            phase,
+            str(signal),
+            *map(str, barrier or []),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

@@ -36,8 +36,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def script(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def closed_port() -> int:
@@ -121,7 +122,10 @@ def test_force_repairs_a_damaged_snapshot(env: dict[str, str]) -> None:
         victim.write_bytes(victim.read_bytes().upper())  # same size: only --full sees it
         verify = subprocess.run(
             [sys.executable, "-m", "qwen_ui.cli", "models", "verify", "--full"],
-            env=env, capture_output=True, text=True, timeout=60,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert verify.returncode == 1
         assert f"repair: scripts/cache_model.sh --force {MODEL} master" in verify.stderr
@@ -153,8 +157,10 @@ def test_not_enough_space(env: dict[str, str]) -> None:
     with FakeModelScope(MODEL, {"config.json": b"{}"}) as hub:
         real = hub.listing
         hub.listing = lambda: {  # type: ignore[method-assign]
-            **real(), "Data": {"Files": [{"Path": "huge.bin", "Type": "blob",
-                                          "Size": 2**60, "Sha256": "0" * 64}]}
+            **real(),
+            "Data": {
+                "Files": [{"Path": "huge.bin", "Type": "blob", "Size": 2**60, "Sha256": "0" * 64}]
+            },
         }
         env["MODELSCOPE_ENDPOINT"] = hub.url
         result = script(env, MODEL)
@@ -179,8 +185,10 @@ def test_bad_arguments(env: dict[str, str]) -> None:
 
 
 def test_parse_listing_shapes() -> None:
-    body = (b'{"Code":200,"Data":{"Files":[{"Path":"a","Type":"blob","Size":3,"Sha256":"x"},'
-            b'{"Path":"d","Type":"tree","Size":0}]},"Success":true}')
+    body = (
+        b'{"Code":200,"Data":{"Files":[{"Path":"a","Type":"blob","Size":3,"Sha256":"x"},'
+        b'{"Path":"d","Type":"tree","Size":0}]},"Success":true}'
+    )
     [entry] = parse_listing(body, "e", "o/m", "r") or []
     assert (entry.path, entry.size, entry.sha256) == ("a", 3, "x")
     assert parse_listing(b"<html>", "e", "o/m", "r") is None

@@ -58,15 +58,25 @@ def test_model_dir_flag_wins(
     tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     other = tmp_path / "essd"
-    code, _out, _ = run(capsys, "install", str(make_model(tmp_path / "s")), "--model-id",
-                        MODEL, "--revision", "v1", "--model-dir", str(other))
+    code, _out, _ = run(
+        capsys,
+        "install",
+        str(make_model(tmp_path / "s")),
+        "--model-id",
+        MODEL,
+        "--revision",
+        "v1",
+        "--model-dir",
+        str(other),
+    )
     assert code == 0
     assert ModelStore(other).is_installed(MODEL, "v1")
     assert not ModelStore(root).is_installed(MODEL, "v1")
 
 
-def test_env_model_dir(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch,
-                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_env_model_dir(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("QWEN_UI_MODEL_DIR", str(tmp_path / "data"))
     assert run(capsys, "root")[1].strip() == str(tmp_path / "data")
 
@@ -76,8 +86,15 @@ def test_resolve_errors(root: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and out == ""
     assert f"qwen-ui models install DIR --model-id {MODEL} --revision master" in err
     for rev in ("a", "b"):
-        run(capsys, "install", str(make_model(tmp_path / rev)), "--model-id", MODEL,
-            "--revision", rev)
+        run(
+            capsys,
+            "install",
+            str(make_model(tmp_path / rev)),
+            "--model-id",
+            MODEL,
+            "--revision",
+            rev,
+        )
     code, _out, err = run(capsys, "resolve", MODEL)
     assert code == 2 and "has revisions a, b; pass --revision" in err
     assert run(capsys, "resolve", MODEL, "--revision", "b")[0] == 0

@@ -25,9 +25,7 @@ MODEL = "Qwen/Tiny-VL"
 BIG = 24 * 1024 * 1024  # three 8 MiB copy chunks: the kill lands with work left to do
 
 
-@pytest.mark.parametrize(
-    "phase", ["copy", "after-dir-rename", "before-ref", "ref-temp-written"]
-)
+@pytest.mark.parametrize("phase", ["copy", "after-dir-rename", "before-ref", "ref-temp-written"])
 def test_sigkill_mid_install_leaves_the_store_consistent(
     tmp_path: Path, phase: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

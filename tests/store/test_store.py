@@ -272,8 +272,9 @@ def test_list(store: ModelStore, tmp_path: Path) -> None:
 
 
 def test_gc_removes_unreferenced_snapshots(store: ModelStore, tmp_path: Path) -> None:
-    ids = [store.install(make_model(tmp_path / str(i), seed=i), MODEL, "master").id
-           for i in range(4)]
+    ids = [
+        store.install(make_model(tmp_path / str(i), seed=i), MODEL, "master").id for i in range(4)
+    ]
     for i, sid in enumerate(ids):  # make the install order unambiguous
         manifest = store.layout.manifest_path(MODEL, sid)
         os.utime(manifest, (1000 + i, 1000 + i))
@@ -366,7 +367,9 @@ def test_adopt_cache_root(store: ModelStore, tmp_path: Path) -> None:
     cache = modelscope_cache(tmp_path / "cache")
     reports = store.adopt(cache)
     assert {(r.model_id, r.revision) for r in reports} == {
-        (MODEL, "master"), (MODEL, "v1.0"), ("acme/Other", "master")
+        (MODEL, "master"),
+        (MODEL, "v1.0"),
+        ("acme/Other", "master"),
     }
     assert store.resolve(MODEL, "v1.0").path.joinpath("config.json").read_bytes().endswith(b"2}")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,62 @@ async def test_follow_up_about_an_earlier_image(engine: Engine, lang: str) -> No
     later = await answer(engine, AskRequest("demo", total, conversation_id=done.conversation_id))
     assert later.images == 0 and later.cache_hits == 1  # the earlier image is in the prompt
     assert later.answer.strip() == str(len(scene.shapes))
+
+
+@pytest.fixture(scope="module")
+def reference(revision: str) -> tuple[Any, Any]:
+    """transformers' own model for the revision (the AWQ one dequantized by the demo
+    package's independent unpacker), float32, and the processor."""
+    import torch
+
+    from qwen_ui.demo import answer as plain
+    from qwen_ui.demo.awq_ref import load_awq_dequantized
+
+    path = WEIGHTS / revision
+    if revision == "awq":
+        model = load_awq_dequantized(path, torch.float32)
+    else:
+        model = plain.load_bf16(path, torch.float32)
+    return model, plain.load_processor(path)
+
+
+async def test_engine_answers_like_the_reference(
+    engine: Engine, reference: tuple[Any, Any]
+) -> None:
+    """Independent of how good the model is: the engine (own loop, int4 kernels for awq,
+    cached embeddings) answers exactly what transformers' generate answers."""
+    from qwen_ui.demo import answer as plain
+
+    model, processor = reference
+    for sample in scenes.held_out(12, seed=3):
+        expected = plain.answer_batch(model, processor, [(sample.images(), sample.question)])
+        done = await answer(engine, AskRequest("demo", sample.question, png_bytes(sample)))
+        assert done.answer.strip() == expected[0], (sample.kind, sample.lang, sample.question)
+
+
+async def test_int4_logits_match_the_dequantized_reference(
+    engine: Engine, reference: tuple[Any, Any], revision: str
+) -> None:
+    import torch
+
+    if revision != "awq":
+        pytest.skip("int4 applies to the awq revision")
+    model, processor = reference
+    ours = engine.pipelines.language().model
+    sample = scenes.held_out(1, seed=5)[0]
+    text = processor.apply_chat_template(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "image"}, {"type": "text", "text": sample.question}],
+            }
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    inputs = processor(text=[text], images=sample.images()[:1], return_tensors="pt")
+    with torch.inference_mode():
+        a = ours(**inputs).logits.float()
+        b = model(**inputs).logits.float()
+    cosine = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
+    assert cosine >= 0.999

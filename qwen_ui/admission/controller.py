@@ -220,8 +220,11 @@ class AdmissionController:
 
     def _pump(self) -> None:
         admitted = False
+        limits: dict[str, int] = {}  # one look-up per tenant and pass (the tenants file)
         for ticket in list(self._waiting):
-            if self._inflight.get(ticket.tenant, 0) >= self.tenant_limit(ticket.tenant):
+            if ticket.tenant not in limits:
+                limits[ticket.tenant] = self.tenant_limit(ticket.tenant)
+            if self._inflight.get(ticket.tenant, 0) >= limits[ticket.tenant]:
                 continue  # the tenant is at its limit: keep the place, let others pass
             if ticket.nbytes > self._budget - self._in_use:
                 break  # head of line for bytes: nobody overtakes a request that waits for room

@@ -23,8 +23,8 @@ from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
 from qwen_ui.engine.metrics import EngineMetrics
-from qwen_ui.errors import EngineNotAvailable, QwenUIError
-from qwen_ui.settings import Settings
+from qwen_ui.errors import EngineNotAvailable, ModelNotInstalled, QwenUIError
+from qwen_ui.settings import DEMO_MODEL_ID, Settings
 from qwen_ui.web.errors import error_response
 from qwen_ui.web.i18n import LANGS, negotiate
 
@@ -151,7 +151,7 @@ async def start_engine(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     engine = Engine(
         settings,
-        app.state.store,
+        DemoInstallingStore(app.state.store),
         app.state.state,
         status=app.state.engine_status,
         metrics=app.state.engine_metrics,
@@ -162,6 +162,27 @@ async def start_engine(app: FastAPI) -> None:
     app.state.answering = True
     if settings.preload:
         app.state.preload_task = asyncio.create_task(engine.preload())
+
+
+class DemoInstallingStore:
+    """The app's store, except that resolving the shipped demo model installs it first
+    when missing (first question on a fresh home: a local copy and hash, well under a
+    second). Every other model must be installed by the operator."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def resolve(self, model_id: str, revision: str) -> Any:
+        try:
+            return self.store.resolve(model_id, revision)
+        except ModelNotInstalled:
+            if model_id != DEMO_MODEL_ID:
+                raise
+        from qwen_ui.demo.install import ensure_demo
+
+        if ensure_demo(self.store, revision):
+            log.info("installed the shipped demo model %s@%s", model_id, revision)
+        return self.store.resolve(model_id, revision)
 
 
 async def stop_engine(app: FastAPI) -> None:

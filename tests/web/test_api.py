@@ -112,3 +112,18 @@ def test_preload_loads_at_start_up(tmp_path: Path, tiny_model: Path) -> None:
             assert time.monotonic() < deadline, "preload never finished"
             time.sleep(0.05)
         assert client.app.state.engine.pipelines.is_loaded  # type: ignore[attr-defined]
+
+
+def test_first_question_installs_the_shipped_demo(tmp_path: Path) -> None:
+    from qwen_ui.demo.install import shipped_revisions
+    from qwen_ui.settings import DEMO_MODEL_ID, Settings
+
+    settings = Settings(home=tmp_path / "home", model_revision="awq", max_new_tokens=4)
+    assert "awq" in shipped_revisions()
+    with TestClient(create_app(settings)) as client:
+        store = client.app.state.store  # type: ignore[attr-defined]
+        assert not store.is_installed(DEMO_MODEL_ID, "awq")  # nothing happens at start-up
+        log_in(client)
+        events = lines(post(client, "How many shapes are there?", [png()]))
+        assert events[-1]["type"] == "done", events[-1]
+        assert store.is_installed(DEMO_MODEL_ID, "awq")

@@ -15,6 +15,8 @@ def test_one_example_per_type_in_each_language(tmp_path: Path) -> None:
         found = examples(tmp_path, lang)
         assert [e.kind for e in found] == list(scenes.KINDS)
         for e in found:
-            assert all(Image.open(p).size[0] >= 160 for p in e.images)
+            for path in e.images:
+                with Image.open(path) as image:
+                    assert image.size[0] >= 160
             assert any("\u4e00" <= c <= "\u9fff" for c in e.question) == (lang == "zh")
     assert set(NOTICE) == {"en", "zh"}

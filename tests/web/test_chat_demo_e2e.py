@@ -1,0 +1,75 @@
+"""The shipped demo model over a real ``qwen-ui serve`` with embedded defaults (a fresh
+home: the demo is installed on the first question): a 3-image question through
+gradio_client streams its stages in order, then the correct answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+
+from qwen_ui.demo import scenes
+from tests.support.server import ServerProcess, log_in_with_form
+from tests.web.test_chat_e2e import cookie_header, text_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(
+        tmp_path_factory.mktemp("home"),
+        env={"QWEN_UI_DEVICE": "cpu", "GRADIO_ANALYTICS_ENABLED": "False"},
+    )
+    process.wait_for("/login")
+    yield process
+    process.stop()
+
+
+def first_three_image_sample() -> scenes.Sample:
+    """The first 3-image question of the held-out set (not chosen by outcome)."""
+    return next(s for s in scenes.held_out(60, seed=0) if len(s.scenes) == 3)
+
+
+def test_three_image_question_streams_stages_then_the_right_answer(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    sample = first_three_image_sample()
+    paths = []
+    for i, image in enumerate(sample.images()):
+        path = tmp_path / f"scene{i}.png"
+        image.save(path)
+        paths.append(handle_file(str(path)))
+    with httpx.Client(base_url=server.url, follow_redirects=False, timeout=60) as session:
+        log_in_with_form(session, "demo", "demo", server.demo_password())
+        client = Client(
+            server.url,
+            headers={"Cookie": cookie_header(session)},
+            verbose=False,
+            download_files=str(tmp_path / "dl"),
+            analytics_enabled=False,
+        )
+        job = client.submit({"text": sample.question, "files": paths}, [], api_name="/on_submit")
+        titles: list[str] = []
+        for update in job:
+            title = update[0][-2]["metadata"]["title"]
+            if not titles or titles[-1] != title:
+                titles.append(title)
+        final: list[dict[str, Any]] = job.outputs()[-1][0]
+        client.close()
+    assert [t for t in titles if not t.startswith(("Working", "Done"))] == [
+        "Decoding image 1/3",
+        "Decoding image 2/3",
+        "Decoding image 3/3",
+        "Loading the model",
+        "Encoding image 1/3",
+        "Encoding image 2/3",
+        "Encoding image 3/3",
+        "Answering",
+    ]
+    assert titles[-1].startswith("Done in")
+    assert text_of(final[-1]).strip() == sample.answer, (sample.question, sample.answer)

@@ -2,6 +2,8 @@
 
 * :mod:`~qwen_ui.admission.tokens`: image token counts from the processor's resize arithmetic;
 * :mod:`~qwen_ui.admission.shape`: the sizes the estimate needs, read from the model's config;
+* :mod:`~qwen_ui.admission.facts`: what the served model's snapshot says (config, processor);
+* :mod:`~qwen_ui.admission.sizing`: a request's shape, and the downscale search;
 * :mod:`~qwen_ui.admission.estimate`: a request's peak memory, per phase;
 * :mod:`~qwen_ui.admission.controller`: the budget, the FIFO with per-tenant limits, the
   reservation context manager that always releases;

@@ -142,6 +142,10 @@ class EngineAdmission:
             self._max_new_tokens(request),
         )
 
+    async def estimate(self, request: AskRequest, images: Sequence[CheckedImage]) -> int:
+        """DESIGN.md's ``estimate(request, model_config) -> bytes`` for the served model."""
+        return (await self.size(request, [c.size for c in images])).estimate.total
+
     def _check_fits(self, sized: Sized) -> None:
         if sized.estimate.total <= self.controller.budget:
             return

@@ -141,3 +141,38 @@ def test_chinese_page_shows_chinese_stages(
     page.click("#qwen-stop")
     page.wait_for_selector("#qwen-chat >> text=已停止", timeout=15_000)
     page.screenshot(path=str(artifacts / "chat-zh-stopped.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("demo-home"), env={"QWEN_UI_DEVICE": "cpu"})
+    process.wait_for("/login")
+    yield process
+    process.stop()
+
+
+def test_demo_page_shows_the_note_and_examples(
+    browser: Browser, demo_server: ServerProcess, artifacts: Path
+) -> None:
+    context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1300})
+    page = context.new_page()
+    try:
+        page.goto(demo_server.url + "/")
+        page.wait_for_url("**/login**")
+        page.fill("#tenant", "demo")
+        page.check("#m-local")
+        page.fill("#user", "demo")
+        page.fill("#password", demo_server.demo_password())
+        page.click("button[type=submit]")
+        page.wait_for_url(demo_server.url + "/")
+        page.wait_for_selector("#qwen-demo-note >> text=/only knows pictures of simple shapes/")
+        page.wait_for_selector("text=How many purple squares are there?")
+        page.click("text=How many purple squares are there?")
+        page.wait_for_function(
+            "document.querySelector('#qwen-question textarea').value"
+            ".includes('How many purple squares')",
+            timeout=10_000,
+        )
+        page.screenshot(path=str(artifacts / "chat-demo-examples.png"), full_page=True)
+    finally:
+        context.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from qwen_ui.admission.errors import ImagesNeverFit
 from qwen_ui.engine.events import Done, Failed, Stage, Token
+from qwen_ui.engine.images import decode_all
 from qwen_ui.store import ModelStore
 from tests.admission.conftest import Wired, ask, collect, noise, start
 
@@ -19,6 +20,8 @@ def stages(events: list[object], name: str) -> list[Stage]:
 async def test_prompt_size_is_exact_for_new_and_follow_up_turns(wired: Wired) -> None:
     first = ask([noise((300, 200), 1), noise((64, 480), 2)], "Compare these two pictures.")
     sized = await wired.admission.size(first, [(300, 200), (64, 480)])
+    checked = decode_all(list(first.images), wired.engine.limits)
+    assert await wired.admission.estimate(first, checked) == sized.estimate.total
     done = (await collect(wired.engine, first))[-1]
     assert isinstance(done, Done) and done.prompt_tokens == sized.shape.prompt_tokens
     follow = ask([noise((500, 500), 3)], "And this one?", conversation_id=done.conversation_id)

@@ -31,8 +31,9 @@ from qwen_ui.demo import scenes
 def question(i: int) -> scenes.Sample:
     """A single-image held-out question whose scene is redrawn at 336 x 336 px."""
     kinds = ("count", "total", "colour", "shape", "exists", "spatial")
-    sample = scenes.sample(scenes.HELD_OUT_BASE + 900_000 + i, kinds[i % len(kinds)],
-                           scenes.LANGS[i % 2])
+    sample = scenes.sample(
+        scenes.HELD_OUT_BASE + 900_000 + i, kinds[i % len(kinds)], scenes.LANGS[i % 2]
+    )
     scene = sample.scenes[0]
     sx, sy = 336 / scene.width, 336 / scene.height
     k = min(sx, sy)
@@ -110,16 +111,26 @@ def main() -> None:
         seconds.append(time.perf_counter() - t0)
     close()
     seconds.sort()
-    print(json.dumps({
-        "bench": "demo_latency", "path": args.path, "revision": args.revision,
-        "image": "336x336", "runs": args.runs, "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "load_s": round(load_s, 2),
-        "p50_s": round(statistics.median(seconds), 3),
-        "p90_s": round(seconds[int(0.9 * (len(seconds) - 1))], 3),
-        "mean_s": round(statistics.fmean(seconds), 3),
-        "min_s": round(seconds[0], 3), "max_s": round(seconds[-1], 3),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "demo_latency",
+                "path": args.path,
+                "revision": args.revision,
+                "image": "336x336",
+                "runs": args.runs,
+                "cpus": os.cpu_count(),
+                "torch_threads": torch.get_num_threads(),
+                "load_s": round(load_s, 2),
+                "p50_s": round(statistics.median(seconds), 3),
+                "p90_s": round(seconds[int(0.9 * (len(seconds) - 1))], 3),
+                "mean_s": round(statistics.fmean(seconds), 3),
+                "min_s": round(seconds[0], 3),
+                "max_s": round(seconds[-1], 3),
+                "loadavg_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -47,13 +47,6 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stopped": {"en": "Stopped", "zh": "已停止"},
     "progress": {"en": "Progress", "zh": "进度"},
     "examples": {"en": "Examples", "zh": "示例"},
-    "demo_note": {
-        "en": "This server runs the small built-in demo model. It only knows pictures of "
-        "simple shapes (circles, squares, triangles, stars in six colours) and a few kinds of "
-        "questions about them; try the examples below.",
-        "zh": "此服务器运行的是内置的小型演示模型。它只认识简单形状（六种颜色的圆形、正方形、"
-        "三角形、星形）的图片，并只能回答几类关于它们的问题；请试试下面的示例。",
-    },
 }
 
 

@@ -18,11 +18,12 @@ import gradio as gr
 from fastapi import FastAPI
 
 from qwen_ui.auth.web import principal_from_gradio
+from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
+from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.engine.engine import AskRequest, Engine
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import EngineNotAvailable, QwenUIError
-from qwen_ui.web.examples import demo_examples
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 
 log = logging.getLogger(__name__)
@@ -84,14 +85,9 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         with gr.Row():
             stop = gr.Button(t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0)
             new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
-        if settings.is_demo_model:
-            gr.Examples(
-                demo_examples(settings.home / "examples"),
-                inputs=[question],
-                label=t("examples", "en"),
-                examples_per_page=6,
-            )
+        example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, demo_note]
+        texts += [example_sets.get(code, gr.Column(visible=False)) for code in LANGS]
 
         def on_load(request: gr.Request) -> tuple[Any, ...]:
             chosen = negotiate(request.headers.get("accept-language"), settings.language)
@@ -333,6 +329,23 @@ def _path_of(item: Any) -> str:
     return str(getattr(item, "path", item))
 
 
+def _demo_examples(settings: Any, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
+    """One block of example prompts and images per language (the demo's own grammar);
+    the language switch shows the matching one."""
+    blocks: dict[str, gr.Column] = {}
+    for code in LANGS:
+        with gr.Column(visible=code == "en", elem_id=f"qwen-examples-{code}") as column:
+            found = demo_examples(settings.home / "examples", code)
+            gr.Examples(
+                [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
+                inputs=[question],
+                label=t("examples", code),
+                examples_per_page=len(found),
+            )
+        blocks[code] = column
+    return blocks
+
+
 def _header(lang: Lang) -> str:
     return f"# {t('title', lang)}\n{t('tagline', lang)}"
 
@@ -346,5 +359,6 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
         gr.update(value=t("stop", lang)),
         gr.update(value=t("new_chat", lang)),
-        gr.update(value=t("demo_note", lang)),
+        gr.update(value=DEMO_NOTICE[lang]),
+        *(gr.update(visible=code == lang) for code in LANGS),
     )

@@ -152,8 +152,10 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 
 def test_demo_page_shows_the_note_and_examples(
-    browser: Browser, demo_server: ServerProcess, artifacts: Path
+    browser: Browser, demo_server: ServerProcess, artifacts: Path, tmp_path: Path
 ) -> None:
+    from qwen_ui.demo.examples import examples
+
     context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1300})
     page = context.new_page()
     try:
@@ -165,14 +167,19 @@ def test_demo_page_shows_the_note_and_examples(
         page.fill("#password", demo_server.demo_password())
         page.click("button[type=submit]")
         page.wait_for_url(demo_server.url + "/")
-        page.wait_for_selector("#qwen-demo-note >> text=/only knows pictures of simple shapes/")
-        page.wait_for_selector("text=How many purple squares are there?")
-        page.click("text=How many purple squares are there?")
+        page.wait_for_selector("#qwen-demo-note >> text=/only knows simple shapes/")
+        first = examples(tmp_path, "en")[0].question
+        page.click(f"#qwen-examples-en >> text={first}")
         page.wait_for_function(
-            "document.querySelector('#qwen-question textarea').value"
-            ".includes('How many purple squares')",
+            "q => document.querySelector('#qwen-question textarea').value === q",
+            arg=first,
             timeout=10_000,
         )
         page.screenshot(path=str(artifacts / "chat-demo-examples.png"), full_page=True)
+        page.click("text=中文")
+        zh = examples(tmp_path, "zh")[0].question
+        page.wait_for_selector(f"#qwen-examples-zh >> text={zh}")
+        assert not page.locator("#qwen-examples-en").is_visible()
+        page.wait_for_selector("#qwen-demo-note >> text=/只认识简单图形/")
     finally:
         context.close()

@@ -15,7 +15,6 @@ from fastapi.testclient import TestClient
 
 from qwen_ui.server import create_app
 from qwen_ui.store import ModelStore
-from qwen_ui.web.examples import demo_examples
 from qwen_ui.web.ui import _stopped, answer, progress_html
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model
@@ -111,14 +110,6 @@ def test_stop_closes_the_pending_stage() -> None:
 def test_progress_bar_is_clamped() -> None:
     assert 'aria-valuenow="100"' in progress_html(3.0)
     assert "width:50.0%" in progress_html(0.5)
-
-
-def test_demo_examples_come_from_the_scene_grammar(tmp_path: Path) -> None:
-    examples = demo_examples(tmp_path)
-    assert len(examples) == 6
-    assert any(len(e["files"]) == 3 for e in examples)
-    assert any(any("\u4e00" <= c <= "\u9fff" for c in e["text"]) for e in examples)
-    assert all(Path(f).is_file() for e in examples for f in e["files"])
 
 
 def test_history_from_the_browser_is_normalised() -> None:

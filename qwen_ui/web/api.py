@@ -18,13 +18,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.web import require_principal
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
 from qwen_ui.engine.metrics import EngineMetrics
-from qwen_ui.errors import EngineNotAvailable, ModelNotInstalled, QwenUIError
+from qwen_ui.errors import ModelNotInstalled, QwenUIError
 from qwen_ui.settings import DEMO_MODEL_ID, Settings
+from qwen_ui.web.asking import ask_as
 from qwen_ui.web.errors import error_response
 from qwen_ui.web.i18n import LANGS, negotiate
 
@@ -32,20 +34,6 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1")
 NDJSON = "application/x-ndjson"
-
-
-async def request_tenant(request: Request) -> str:
-    """The tenant a request acts for: the one place the API learns it (session cookie or
-    API bearer token, through the auth layer)."""
-    principal = await require_principal(request)
-    return principal.tenant
-
-
-def engine_of(app: FastAPI) -> Engine:
-    engine = getattr(app.state, "engine", None)
-    if engine is None:
-        raise EngineNotAvailable()
-    return engine  # type: ignore[no-any-return]
 
 
 def request_lang(request: Request, explicit: str | None) -> str:
@@ -57,7 +45,7 @@ def request_lang(request: Request, explicit: str | None) -> str:
 @router.post("/ask")
 async def ask(
     request: Request,
-    tenant: Annotated[str, Depends(request_tenant)],
+    principal: Annotated[Principal, Depends(require_principal)],
     question: Annotated[str, Form()],
     images: Annotated[list[UploadFile] | None, File()] = None,
     conversation_id: Annotated[str | None, Form()] = None,
@@ -67,18 +55,17 @@ async def ask(
     seed: Annotated[int | None, Form()] = None,
     lang: Annotated[str | None, Form()] = None,
 ) -> Response:
-    engine = engine_of(request.app)
     settings: Settings = request.app.state.settings
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
-        tenant=tenant,
+        tenant=principal.tenant,
         question=question,
         images=blobs,
         conversation_id=conversation_id or None,
         options=AskOptions(max_new_tokens, temperature, top_p, seed),
         lang=request_lang(request, lang),
     )
-    events = engine.ask(ask_request)
+    events = ask_as(request.app, principal, ask_request)
     head = await _checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
@@ -196,4 +183,4 @@ async def stop_engine(app: FastAPI) -> None:
     app.state.answering = False
 
 
-__all__ = ["error_response", "request_tenant", "router"]
+__all__ = ["error_response", "router"]

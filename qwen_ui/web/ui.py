@@ -20,10 +20,11 @@ from fastapi import FastAPI
 from qwen_ui.auth.web import principal_from_gradio
 from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
-from qwen_ui.engine.engine import AskRequest, Engine
+from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
-from qwen_ui.errors import EngineNotAvailable, QwenUIError
+from qwen_ui.errors import QwenUIError
+from qwen_ui.web.asking import ask_as
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 
 log = logging.getLogger(__name__)
@@ -221,15 +222,15 @@ async def _answer(
     locked = gr.MultimodalTextbox(value=None, interactive=False)
     yield chat, locked, progress_html(0.0), conversation_id, gr.update()
     try:
-        engine = _engine(app)
+        principal = principal_from_gradio(request)
         ask = AskRequest(
-            tenant=principal_from_gradio(request).tenant,
+            tenant=principal.tenant,
             question=text,
             images=[Path(f).read_bytes() for f in files],
             conversation_id=conversation_id,
             lang=lang,
         )
-        async with aclosing(engine.ask(ask)) as events:
+        async with aclosing(ask_as(app, principal, ask)) as events:
             async for event in events:
                 conversation_id = _apply(event, stage, reply, lang) or conversation_id
                 if (wanted := control()) is not None:
@@ -314,13 +315,6 @@ def _stopped(history: Messages | None, lang: Lang) -> tuple[Any, ...]:
             meta["status"] = "done"
             meta["title"] = t("stopped", lang)
     return chat, gr.update(interactive=True), progress_html(0.0)
-
-
-def _engine(app: FastAPI) -> Engine:
-    engine = getattr(app.state, "engine", None)
-    if engine is None:
-        raise EngineNotAvailable()
-    return engine  # type: ignore[no-any-return]
 
 
 def _path_of(item: Any) -> str:

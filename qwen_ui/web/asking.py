@@ -1,0 +1,68 @@
+"""The one way the web layer (Gradio handler and HTTP API) asks the engine on behalf of a
+principal: the tenant's daily quota is counted first, and every question leaves exactly
+one audit line (tenant, user, request id, outcome, counts, timings — never image bytes,
+never the question text, never a secret), whatever way it ends."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+
+from qwen_ui.auth.principal import Principal
+from qwen_ui.engine.engine import AskRequest
+from qwen_ui.engine.events import Done, Event, Failed
+from qwen_ui.errors import EngineNotAvailable
+
+
+@dataclass
+class _Record:
+    """What the audit line says about one question."""
+
+    images: int
+    outcome: str = "cancelled"
+    counts: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def see(self, event: Event) -> None:
+        if isinstance(event, Done):
+            self.outcome = "answered"
+            self.counts = {
+                "prompt_tokens": event.prompt_tokens,
+                "completion_tokens": event.completion_tokens,
+                "cache_hits": event.cache_hits,
+            }
+            self.timings = dict(event.timings)
+        elif isinstance(event, Failed):
+            self.outcome = f"failed:{event.code}"
+
+
+async def ask_as(
+    app: FastAPI, principal: Principal, request: AskRequest
+) -> AsyncGenerator[Event, None]:
+    """Engine events for ``request``; raises QuotaExceeded before any work starts."""
+    engine = getattr(app.state, "engine", None)
+    if engine is None:
+        raise EngineNotAvailable()
+    auth = app.state.auth
+    await auth.quotas.count_question(principal)
+    record = _Record(images=len(request.images))
+    started = time.perf_counter()
+    try:
+        async with aclosing(engine.ask(request)) as events:
+            async for event in events:
+                record.see(event)
+                yield event
+    finally:
+        record.timings.setdefault("total", round(time.perf_counter() - started, 3))
+        auth.audit.question(
+            principal,
+            request_id=secrets.token_hex(8),
+            outcome=record.outcome,
+            counts={"images": record.images, **record.counts},
+            timings=record.timings,
+        )

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from qwen_ui.settings import DEMO_MODEL_ID
+from qwen_ui.store import ModelStore
 from qwen_ui.web.ui import PAGE_TITLE
 from tests.support.server import ServerProcess, log_in_with_form
 
@@ -38,6 +40,16 @@ def test_gradio_page_after_login(server: ServerProcess) -> None:
         assert page.status_code == 200
         config = client.get("/config").json()
         assert config["title"] == PAGE_TITLE
+
+
+def test_first_run_installs_the_demo_model(server: ServerProcess) -> None:
+    """The embedded default answers without any download: the shipped demo is in the store
+    once the app is up (it is installed while /healthz already answers)."""
+    server.wait_for("/login")
+    store = ModelStore(server.home / "models")
+    for revision in ("bf16", "awq"):
+        assert store.is_installed(DEMO_MODEL_ID, revision), revision
+        store.verify(DEMO_MODEL_ID, revision, full=True)
 
 
 def test_password_printed_once_and_never_logged_again(server: ServerProcess) -> None:

@@ -38,6 +38,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "send": {"en": "Ask", "zh": "提问"},
     "stop": {"en": "Stop", "zh": "停止"},
     "new_chat": {"en": "New conversation", "zh": "新对话"},
+    "logout": {"en": "Log out", "zh": "退出登录"},
     "working": {"en": "Working…", "zh": "处理中……"},
     "done_in": {
         "en": "Done in {seconds} s · {tokens} tokens",

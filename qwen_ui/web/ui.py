@@ -24,8 +24,10 @@ from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
+from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
+from qwen_ui.web.oss_panel import build_oss_panel
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,11 @@ def progress_html(fraction: float, label: str = "") -> str:
     )
 
 
+def logout_html(settings: Settings, lang: Lang) -> str:
+    """A link to the logout page (a confirmation form: logging out is a CSRF-checked POST)."""
+    return f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
+
+
 def build_ui(app: FastAPI) -> gr.Blocks:
     settings = app.state.settings
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
@@ -86,8 +93,11 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         with gr.Row():
             stop = gr.Button(t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0)
             new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
+            logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout")
+        build_oss_panel(app, blocks, question)
         example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
-        texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, demo_note]
+        texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
+        texts += [demo_note]
         texts += [example_sets.get(code, gr.Column(visible=False)) for code in LANGS]
 
         def on_load(request: gr.Request) -> tuple[Any, ...]:
@@ -353,6 +363,7 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
         gr.update(value=t("stop", lang)),
         gr.update(value=t("new_chat", lang)),
+        gr.update(value=logout_html(app.state.settings, lang)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
     )

@@ -22,6 +22,7 @@ class ServerProcess:
     """``python -m qwen_ui.cli serve`` with QWEN_UI_HOME under ``home``."""
 
     def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = home / "server.log"

@@ -18,6 +18,7 @@ from qwen_ui.store import ModelStore
 from qwen_ui.web.ui import _stopped, answer, progress_html
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model
+from tests.support.auth import add_tenants, local_tenant
 
 USER = SimpleNamespace(username="demo/demo")
 
@@ -31,6 +32,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def chat_app(tmp_path: Path, tiny_model: Path) -> Iterator[FastAPI]:
     settings = tiny_settings(tmp_path / "home")
     ModelStore(settings.model_path).install(tiny_model, TINY_ID, "bf16")
+    add_tenants(settings.tenants_path, local_tenant())  # USER's tenant (quotas look it up)
     app = create_app(settings)
     with TestClient(app):
         yield app

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser
 
 from qwen_ui.web.ui import PAGE_TITLE
+from tests.support.browser import chromium, log_in_page
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +26,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian chromium is not installed (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-def log_in(page: Page, server: ServerProcess) -> None:
-    page.goto(server.url + "/")
-    page.wait_for_url("**/login**")
-    page.fill("#tenant", "demo")
-    page.check("#m-local")
-    page.fill("#user", "demo")
-    page.fill("#password", server.demo_password())
-    page.click("button[type=submit]")
-    page.wait_for_url(server.url + "/")
 
 
 def test_page_renders_offline(browser: Browser, server: ServerProcess, artifacts: Path) -> None:
@@ -63,7 +35,7 @@ def test_page_renders_offline(browser: Browser, server: ServerProcess, artifacts
     page = context.new_page()
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
-    log_in(page, server)
+    log_in_page(page, server)
     page.wait_for_selector("#qwen-question textarea", timeout=30_000)
     page.wait_for_selector("#qwen-status >> text=qwen-ui/shapes-vl-demo", timeout=30_000)
     assert page.title() == PAGE_TITLE
@@ -80,7 +52,7 @@ def test_page_follows_browser_language(
 ) -> None:
     context = browser.new_context(locale="zh-CN", color_scheme="light")
     page = context.new_page()
-    log_in(page, server)
+    log_in_page(page, server)
     page.wait_for_selector("#qwen-status >> text=模型", timeout=30_000)
     page.screenshot(path=str(artifacts / "page-zh-light.png"), full_page=True)
     context.close()

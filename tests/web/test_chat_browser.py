@@ -3,31 +3,21 @@ attach two images, ask, watch the stage message and the streamed answer, stop a 
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, png
 from tests.engine.support import build_tiny_model
+from tests.support.browser import chromium, log_in_page
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 ENV = {
     "QWEN_UI_MODEL_ID": TINY_ID,
     "QWEN_UI_MODEL_REVISION": "bf16",
@@ -51,26 +41,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian chromium is not installed (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture
 def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
     context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1100})
     tab = context.new_page()
-    tab.goto(server.url + "/")
-    tab.wait_for_url("**/login**")
-    tab.fill("#tenant", "demo")
-    tab.check("#m-local")
-    tab.fill("#user", "demo")
-    tab.fill("#password", server.demo_password())
-    tab.click("button[type=submit]")
-    tab.wait_for_url(server.url + "/")
+    log_in_page(tab, server)
     tab.wait_for_selector("#qwen-question textarea")
     yield tab
     context.close()
@@ -159,14 +138,7 @@ def test_demo_page_shows_the_note_and_examples(
     context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1300})
     page = context.new_page()
     try:
-        page.goto(demo_server.url + "/")
-        page.wait_for_url("**/login**")
-        page.fill("#tenant", "demo")
-        page.check("#m-local")
-        page.fill("#user", "demo")
-        page.fill("#password", demo_server.demo_password())
-        page.click("button[type=submit]")
-        page.wait_for_url(demo_server.url + "/")
+        log_in_page(page, demo_server)
         page.wait_for_selector("#qwen-demo-note >> text=/only knows simple shapes/")
         first = examples(tmp_path, "en")[0].question
         page.click(f"#qwen-examples-en >> text={first}")

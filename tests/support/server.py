@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -76,3 +77,24 @@ def log_in_with_form(client: httpx.Client, tenant: str, user: str, password: str
     response = client.post("/login", data=form, headers={"Origin": str(client.base_url)})
     assert response.status_code in (200, 303), response.text[:500]
     assert "error" not in response.headers.get("location", ""), response.headers
+
+
+def tiny_model_server(factory: Any, max_new_tokens: int) -> ServerProcess:
+    """A real server on the engine tests' tiny random model, installed in a fresh store."""
+    from qwen_ui.store import ModelStore
+    from tests.engine.conftest import TINY_ID
+    from tests.engine.support import build_tiny_model
+
+    home = factory.mktemp("home")
+    model = build_tiny_model(factory.mktemp("tiny") / "bf16")
+    ModelStore(home / "models").install(model, TINY_ID, "bf16")
+    env = {
+        "QWEN_UI_MODEL_ID": TINY_ID,
+        "QWEN_UI_MODEL_REVISION": "bf16",
+        "QWEN_UI_DEVICE": "cpu",
+        "QWEN_UI_MAX_PIXELS": str(112 * 112),
+        "QWEN_UI_MAX_NEW_TOKENS": str(max_new_tokens),
+    }
+    process = ServerProcess(home, env=env)
+    process.wait_for("/login")
+    return process

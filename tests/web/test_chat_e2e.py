@@ -15,30 +15,15 @@ import httpx
 import pytest
 from gradio_client import Client, handle_file
 
-from qwen_ui.store import ModelStore
-from tests.engine.conftest import TINY_ID, png
-from tests.engine.support import build_tiny_model
-from tests.support.server import ServerProcess, log_in_with_form
+from tests.engine.conftest import png
+from tests.support.server import ServerProcess, log_in_with_form, tiny_model_server
 
 pytestmark = pytest.mark.e2e
-
-ENV = {
-    "QWEN_UI_MODEL_ID": TINY_ID,
-    "QWEN_UI_MODEL_REVISION": "bf16",
-    "QWEN_UI_DEVICE": "cpu",
-    "QWEN_UI_MAX_PIXELS": str(112 * 112),
-    "QWEN_UI_MAX_NEW_TOKENS": "24",
-    "GRADIO_ANALYTICS_ENABLED": "False",
-}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    home = tmp_path_factory.mktemp("home")
-    model = build_tiny_model(tmp_path_factory.mktemp("tiny") / "bf16")
-    ModelStore(home / "models").install(model, TINY_ID, "bf16")
-    process = ServerProcess(home, env=ENV)
-    process.wait_for("/login")
+    process = tiny_model_server(tmp_path_factory, max_new_tokens=24)
     yield process
     process.stop()
 

@@ -90,6 +90,16 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the model runs; 'auto' picks CUDA when present."
     )
+    decode_mode: Literal["auto", "eager", "static"] = Field(
+        "eager",
+        description="KV cache of the decode loop: 'eager' grows a dynamic cache per request, "
+        "'static' decodes into fixed-length caches the worker pools; 'auto' = static on CUDA.",
+    )
+    compile_decode: bool = Field(
+        False,
+        description="With a static cache on CUDA, run the decode step through torch.compile "
+        "(mode='reduce-overhead', CUDA graphs); ignored on the CPU.",
+    )
 
     # --- input limits ---------------------------------------------------------------
     max_image_bytes: int = Field(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from PIL import Image
+from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
@@ -26,7 +27,15 @@ from qwen_ui.engine.conversations import Conversation, ConversationStore, Stored
 from qwen_ui.engine.detokenize import TextStream
 from qwen_ui.engine.errors import AnswerFailed, BadOption, NoQuestion, QuestionTooLong
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
-from qwen_ui.engine.generate import Generation, Outcome, SamplingOptions, run
+from qwen_ui.engine.generate import (
+    CachePool,
+    Generation,
+    Outcome,
+    Prompt,
+    SamplingOptions,
+    compiled_step,
+    run,
+)
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
 from qwen_ui.engine.status import EngineStatus
@@ -137,6 +146,7 @@ class Engine:
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
         self.worker = Worker()
+        self._decoder: tuple[PreTrainedModel, CachePool, Callable[..., Any] | None] | None = None
         image_checks.raise_pil_guard(settings.max_image_pixels)
 
     # --- life cycle --------------------------------------------------------------------
@@ -344,6 +354,23 @@ class Engine:
             self.metrics.tokens_per_second.observe((n - 1) / t["decode"])
 
     # --- worker-side work ---------------------------------------------------------------
+    def _generation(
+        self, model: PreTrainedModel, prompt: Prompt, sampling: SamplingOptions
+    ) -> Generation:
+        """The request's decoding state, in the configured decode mode. The static caches
+        and the compiled step belong to this worker (one request at a time), per model."""
+        mode = self.settings.decode_mode
+        cuda = model.device.type == "cuda"
+        if mode == "auto":
+            mode = "static" if cuda else "eager"
+        if mode == "eager":
+            return Generation(model, prompt, sampling)
+        if self._decoder is None or self._decoder[0] is not model:
+            step = compiled_step(model) if cuda and self.settings.compile_decode else None
+            self._decoder = (model, CachePool(model), step)
+        _, pool, step = self._decoder
+        return Generation(model, prompt, sampling, "static", pool, step)
+
     def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
         timings: dict[str, float] = {}
         if not self.pipelines.is_loaded:
@@ -358,7 +385,7 @@ class Engine:
         language = self.pipelines.language()
         prompt = language.build_prompt(plan.turns, embeddings)
         job.emit(Stage.at("answering"))
-        generation = Generation(language.model, prompt, plan.sampling)
+        generation = self._generation(language.model, prompt, plan.sampling)
         stream = TextStream(language.decode)
         t0 = time.perf_counter()
         first: list[float] = []

@@ -16,8 +16,41 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, StaticCache
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+DecodeMode = Literal["eager", "static"]
+CACHE_BUCKET = 256  # static caches come in lengths that are multiples of this
+
+
+def cache_length(needed: int, bucket: int = CACHE_BUCKET) -> int:
+    """The static cache length for ``needed`` positions: the next multiple of ``bucket``,
+    so that a compiled decode step sees a handful of shapes, not one per request."""
+    return max(bucket, -(-needed // bucket) * bucket)
+
+
+class CachePool:
+    """Static KV caches by length, owned by the worker thread (one request at a time), so a
+    captured decode step finds its cache tensors at the same addresses on every request.
+    ``take`` hands out a reset cache; nothing here belongs to the shared model."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.config = model.config
+        self._free: dict[int, StaticCache] = {}
+
+    def take(self, length: int) -> StaticCache:
+        cache = self._free.pop(length, None)
+        if cache is None:
+            return StaticCache(config=self.config, max_cache_len=length)
+        with torch.inference_mode():
+            cache.reset()
+        return cache
+
+    def give_back(self, length: int, cache: StaticCache) -> None:
+        self._free[length] = cache
+
+    def clear(self) -> None:
+        self._free.clear()
 
 
 @dataclass(frozen=True)
@@ -86,7 +119,19 @@ def prompt_positions(model: PreTrainedModel, prompt: Prompt) -> tuple[torch.Tens
 class Generation:
     """One request's decoding state on one model."""
 
-    def __init__(self, model: PreTrainedModel, prompt: Prompt, options: SamplingOptions) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        prompt: Prompt,
+        options: SamplingOptions,
+        decode_mode: DecodeMode = "eager",
+        pool: CachePool | None = None,
+        step_forward: Callable[..., Any] | None = None,
+    ) -> None:
+        """``decode_mode="static"`` decodes into a fixed-length :class:`StaticCache` (from
+        ``pool`` when given, else a fresh one for this request) with the step's inputs in
+        fixed tensors, so ``step_forward`` may be a compiled/graph-captured ``model.forward``
+        (see :func:`compiled_step`)."""
         self.model = model
         self.prompt = prompt
         self.options = options
@@ -95,6 +140,12 @@ class Generation:
         self.rope_delta = 0
         self.position = 0  # sequence position of the next token (before the rope offset)
         self.generator = _generator(options.seed, self.device)
+        self.decode_mode = decode_mode
+        self.pool = pool
+        self.step_forward = step_forward or model
+        self.cache_len = 0
+        self._ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        self._pos = torch.zeros((3, 1, 1), dtype=torch.long, device=self.device)
 
     @torch.inference_mode()
     def prefill(self) -> int:
@@ -104,6 +155,14 @@ class Generation:
             kwargs["mm_encoder_outputs"] = {"image": self.prompt.encoder_outputs(self.device)}
             kwargs["image_grid_thw"] = self.prompt.image_grid_thw
             kwargs["mm_token_type_ids"] = self.prompt.mm_token_type_ids
+        if self.decode_mode == "static":
+            self.cache_len = cache_length(self.prompt.length + self.options.max_new_tokens)
+            self.cache = (
+                self.pool.take(self.cache_len)
+                if self.pool is not None
+                else StaticCache(config=self.model.config, max_cache_len=self.cache_len)
+            )
+            kwargs["cache"] = self.cache
         out = self.model(
             input_ids=self.prompt.input_ids,
             position_ids=positions,
@@ -117,6 +176,14 @@ class Generation:
 
     @torch.inference_mode()
     def step(self, token: int) -> int:
+        if self.decode_mode == "static":
+            self._ids.fill_(token)
+            self._pos.fill_(self.position + self.rope_delta)
+            out = self.step_forward(
+                input_ids=self._ids, position_ids=self._pos, cache=self.cache, use_cache=True
+            )
+            self.position += 1
+            return self.choose(out.logits[:, -1, :])
         ids = torch.tensor([[token]], device=self.device)
         pos = torch.full((3, 1, 1), self.position + self.rope_delta, device=self.device)
         out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True)
@@ -130,7 +197,16 @@ class Generation:
         return sample(logits.float(), self.options.temperature, self.options.top_p, self.generator)
 
     def release(self) -> None:
+        if self.pool is not None and self.cache is not None and self.decode_mode == "static":
+            self.pool.give_back(self.cache_len, self.cache)
         self.cache = None
+
+
+def compiled_step(model: PreTrainedModel) -> Callable[..., Any]:
+    """``model.forward`` compiled with CUDA graphs (``mode="reduce-overhead"``) for the
+    static decode step. CUDA only: the caller (the worker) keeps one per loaded model and
+    only asks for it when compiling is switched on."""
+    return torch.compile(model.forward, mode="reduce-overhead", dynamic=False)  # type: ignore[no-any-return]
 
 
 def run(

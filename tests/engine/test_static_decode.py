@@ -1,0 +1,124 @@
+"""The static-KV-cache decode path gives the reference (dynamic cache) path's tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from qwen_ui.engine.engine import AskRequest, Engine
+from qwen_ui.engine.events import Token
+from qwen_ui.engine.generate import (
+    CachePool,
+    DecodeMode,
+    Generation,
+    SamplingOptions,
+    cache_length,
+    compiled_step,
+    run,
+)
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.state import MemoryState
+from qwen_ui.store import ModelStore
+from tests.engine.conftest import TINY_ID, png, tiny_settings
+
+
+@pytest.fixture(scope="module", params=["bf16", "awq"])
+def loaded(request: pytest.FixtureRequest, tiny_store: ModelStore) -> Loaded:
+    spec = ModelSpec(TINY_ID, request.param, "cpu", 3136, 112 * 112)
+    return Pipelines(tiny_store, spec, EngineStatus()).load()
+
+
+def scenes() -> list[Image.Image]:
+    return [
+        Image.new("RGB", (100, 80), (255, 0, 0)),
+        Image.new("RGB", (60, 120), (0, 0, 255)),
+        Image.effect_noise((90, 90), 60).convert("RGB"),
+    ]
+
+
+def decode(
+    loaded: Loaded,
+    turns: list[Turn],
+    images: list[Image.Image],
+    mode: DecodeMode,
+    pool: CachePool | None = None,
+) -> list[int]:
+    prompt = loaded.language.build_prompt(turns, [loaded.vision.encode(i) for i in images])
+    tokens: list[int] = []
+    generation = Generation(loaded.language.model, prompt, SamplingOptions(24), mode, pool)
+    run(generation, [], tokens.append, lambda: False)  # no stop ids: always 24 tokens
+    return tokens
+
+
+CASES = [
+    ([Turn("What shape is in the picture?", 1)], 1),
+    ([Turn("What shapes are in the pictures?", 3)], 3),
+    ([Turn("How many squares are there?", 2, "three"), Turn("Which picture?", 1)], 3),
+]
+
+
+@pytest.mark.parametrize(("turns", "count"), CASES, ids=["1-image", "3-images", "history"])
+def test_static_decode_matches_the_reference(loaded: Loaded, turns: list[Turn], count: int) -> None:
+    images = scenes()[:count]
+    reference = decode(loaded, turns, images, "eager")
+    assert len(reference) == 24
+    assert decode(loaded, turns, images, "static") == reference
+
+
+def test_pooled_caches_are_reused_and_reset(loaded: Loaded) -> None:
+    pool = CachePool(loaded.language.model)
+    a_turns, b_turns, images = CASES[0][0], CASES[1][0], scenes()
+    a = decode(loaded, a_turns, images[:1], "eager")
+    b = decode(loaded, b_turns, images, "eager")
+    assert decode(loaded, a_turns, images[:1], "static", pool) == a
+    assert decode(loaded, b_turns, images, "static", pool) == b  # same bucket, reset cache
+    assert decode(loaded, a_turns, images[:1], "static", pool) == a
+
+
+def test_cache_lengths_come_in_buckets() -> None:
+    assert cache_length(1) == 256
+    assert cache_length(256) == 256
+    assert cache_length(257) == 512
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_compiled_static_step_matches_the_reference_on_cuda(tiny_store: ModelStore) -> None:
+    loaded = Pipelines(
+        tiny_store, ModelSpec(TINY_ID, "awq", "cuda", 3136, 112 * 112), EngineStatus()
+    ).load()
+    model = loaded.language.model
+    pool, step = CachePool(model), compiled_step(model)
+    for turns, count in CASES:
+        prompt = loaded.language.build_prompt(
+            turns, [loaded.vision.encode(i) for i in scenes()[:count]]
+        )
+        reference: list[int] = []
+        run(Generation(model, prompt, SamplingOptions(24)), [], reference.append, lambda: False)
+        tokens: list[int] = []
+        generation = Generation(model, prompt, SamplingOptions(24), "static", pool, step)
+        run(generation, [], tokens.append, lambda: False)
+        assert tokens == reference
+
+
+async def test_engine_answers_alike_in_both_decode_modes(
+    tmp_path: Path, tiny_store: ModelStore
+) -> None:
+    answers: list[list[Token]] = []
+    for mode in ("eager", "static"):
+        settings = tiny_settings(tmp_path / mode, decode_mode=mode, max_new_tokens=12)
+        engine = Engine(settings, tiny_store, MemoryState(), EngineStatus())
+        engine.start()
+        try:
+            request = AskRequest("demo", "Describe the picture.", [png()])
+            answers.append(
+                [e for e in [e async for e in engine.ask(request)] if isinstance(e, Token)]
+            )
+        finally:
+            await engine.close()
+    assert [t.text for t in answers[0]] == [t.text for t in answers[1]]
+    assert len(answers[0]) > 0

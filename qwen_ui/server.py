@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-import gradio as gr
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -18,8 +17,6 @@ from qwen_ui.settings import Settings
 from qwen_ui.state import open_state
 from qwen_ui.store import ModelStore
 from qwen_ui.web import admission_setup, api, auth_setup, errors, health, metrics
-from qwen_ui.web.theme import load_theme
-from qwen_ui.web.ui import build_ui
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +41,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await app.state.state.close()
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, ui: bool = True) -> FastAPI:
+    """The whole app; ``ui=False`` leaves the Gradio UI out (and never imports Gradio), for
+    API-only uses such as ``bench/bench_decode.py --web``."""
     settings = settings or Settings()
     app = FastAPI(
         title="qwen-ui",
@@ -64,7 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
-    _mount_ui(app, settings)
+    if ui:
+        _mount_ui(app, settings)
     return app
 
 
@@ -99,6 +99,11 @@ def _inside_event_loop(build: Callable[[], None]) -> None:
 
 
 def _mount_gradio(app: FastAPI, settings: Settings) -> None:
+    import gradio as gr
+
+    from qwen_ui.web.theme import load_theme
+    from qwen_ui.web.ui import build_ui
+
     theme = load_theme(settings.themes_dir, settings.theme)
     footer: list[str] = ["gradio", "settings"] + (["api"] if settings.show_api else [])
     gr.mount_gradio_app(

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from PIL import Image, ImageDraw
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -62,11 +63,13 @@ def messages(item: scenes.Sample) -> list[dict[str, Any]]:
 class Encoder:
     """Turns a :class:`scenes.Sample` into model inputs with the real processor."""
 
-    def __init__(self, processor_dir: Path) -> None:
+    def __init__(self, processor_dir: Path, max_pixels: int | None = None) -> None:
         from transformers import AutoProcessor, Qwen2_5_VLModel
 
         self.processor = AutoProcessor.from_pretrained(str(processor_dir))
         image = self.processor.image_processor
+        if max_pixels is not None:  # smaller images for CPU probes (not for real runs)
+            image.size = {"shortest_edge": modelcfg.MIN_PIXELS, "longest_edge": max_pixels}
         self.mean = torch.tensor(image.image_mean)[None, :, None]
         self.std = torch.tensor(image.image_std)[None, :, None]
         with torch.device("meta"):
@@ -86,6 +89,10 @@ class Encoder:
         )
         labels = torch.full_like(ids, IGNORE)
         labels[len(prompt_ids) :] = ids[len(prompt_ids) :]
+        grids = enc["image_grid_thw"].tolist()
+        vision_labels = torch.cat(
+            [token_labels(sc, h, w) for sc, (_, h, w) in zip(item.scenes, grids, strict=True)]
+        )
         return {
             "input_ids": ids,
             "labels": labels,
@@ -93,6 +100,7 @@ class Encoder:
             "position_ids": positions[:, 0],
             "pixel_u8": self.to_u8(enc["pixel_values"]),
             "image_grid_thw": enc["image_grid_thw"],
+            "vision_labels": vision_labels,
             "kind": item.kind,
             "lang": item.lang,
         }
@@ -109,6 +117,38 @@ def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> t
     """Inverse of :meth:`Encoder.to_u8`: the processor's ``pixel_values`` (to ~1e-7)."""
     patches = u8.view(u8.shape[0], 3, -1).float() / 255
     return ((patches - mean.to(u8.device)) / std.to(u8.device)).view(u8.shape)
+
+
+N_SHAPE = 1 + len(scenes.SHAPES)  # auxiliary classes: 0 = background, then SHAPES
+N_COLOUR = 1 + len(scenes.COLOURS)  # 0 = background, then COLOURS
+BLOCK = PATCH * MERGE  # one merged visual token covers BLOCK x BLOCK resized pixels
+
+
+def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
+    """Auxiliary vision labels of one image: per merged visual token (raster order, as the
+    ``<|image_pad|>`` tokens), the (shape, colour) class of the shape covering most of its
+    block, or (0, 0) when shapes cover less than a quarter of it. ``grid_h``/``grid_w`` are
+    the image's patch grid (``image_grid_thw``)."""
+    colours = list(scenes.COLOURS)
+    mask = Image.new("RGB", (scene.width, scene.height), (0, 0, 0))
+    draw = ImageDraw.Draw(mask)
+    for s in scene.shapes:
+        code = 1 + scenes.SHAPES.index(s.kind) * len(colours) + colours.index(s.colour)
+        scenes._draw_shape(draw, s.__class__(s.kind, s.colour, (code, 0, 0), s.cx, s.cy, s.r))
+    resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
+    codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
+    codes = codes.view(grid_h * PATCH, grid_w * PATCH, 3)[..., 0].long()
+    blocks = codes.view(grid_h // MERGE, BLOCK, grid_w // MERGE, BLOCK).permute(0, 2, 1, 3)
+    n_codes = 1 + len(scenes.SHAPES) * len(colours)
+    flat = blocks.reshape(-1, BLOCK * BLOCK)
+    offsets = torch.arange(flat.shape[0])[:, None] * n_codes
+    counts = torch.bincount((flat + offsets).reshape(-1), minlength=flat.shape[0] * n_codes)
+    counts = counts.view(-1, n_codes)
+    best = counts[:, 1:].argmax(1)
+    covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
+    shape = torch.where(covered, best // len(colours) + 1, 0)
+    colour = torch.where(covered, best % len(colours) + 1, 0)
+    return torch.stack([shape, colour], dim=1)
 
 
 def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> Batch:
@@ -136,6 +176,7 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "position_ids": pos,
         "pixel_u8": torch.cat([r["pixel_u8"] for r in rows]),
         "image_grid_thw": torch.cat([r["image_grid_thw"] for r in rows]),
+        "vision_labels": torch.cat([r["vision_labels"] for r in rows]),
         "vision": vision_inputs(torch.cat([r["image_grid_thw"] for r in rows])),
         "kind": [r["kind"] for r in rows],
         "lang": [r["lang"] for r in rows],
@@ -151,23 +192,34 @@ class SceneBatches(IterableDataset[Batch]):
 
     GROUP = 4
 
-    def __init__(self, processor_dir: Path, batch_size: int, seed: int) -> None:
+    def __init__(
+        self,
+        processor_dir: Path,
+        batch_size: int,
+        seed: int,
+        kinds: tuple[str, ...] = scenes.KINDS,
+        max_pixels: int | None = None,
+    ) -> None:
         self.processor_dir = processor_dir
         self.batch_size = batch_size
         self.seed = seed
+        self.kinds = kinds
+        self.max_pixels = max_pixels
 
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         torch.set_num_threads(1)
-        encode = Encoder(self.processor_dir)
+        encode = Encoder(self.processor_dir, self.max_pixels)
         base = self.seed * 10**10
         order = random.Random(base + worker)  # noqa: S311
         index = worker
         while True:
             rows = []
             for _ in range(self.batch_size * self.GROUP):
-                rows.append(encode(scenes.sample(base + index)))
+                seed = base + index
+                kind = random.Random(seed).choice(self.kinds)  # noqa: S311
+                rows.append(encode(scenes.sample(seed, kind=kind)))
                 index += workers
             rows.sort(key=lambda r: len(r["input_ids"]))
             starts = list(range(0, len(rows), self.batch_size))
@@ -176,9 +228,16 @@ class SceneBatches(IterableDataset[Batch]):
                 yield collate(rows[i : i + self.batch_size])
 
 
-def held_out_batches(processor_dir: Path, n: int, batch_size: int) -> list[Batch]:
-    encode = Encoder(processor_dir)
-    items = scenes.held_out(n, seed=7)
+def held_out_batches(
+    processor_dir: Path,
+    n: int,
+    batch_size: int,
+    kinds: tuple[str, ...] = scenes.KINDS,
+    max_pixels: int | None = None,
+) -> list[Batch]:
+    encode = Encoder(processor_dir, max_pixels)
+    pool = scenes.held_out(n * len(scenes.KINDS) // len(kinds) + 2 * len(scenes.KINDS), seed=7)
+    items = [s for s in pool if s.kind in kinds][:n]
     return [
         collate([encode(s) for s in items[i : i + batch_size]]) for i in range(0, n, batch_size)
     ]
@@ -332,7 +391,24 @@ def forward_logits(
 ) -> torch.Tensor:
     """Logits for ``batch``: the stock forward, or the training path (precomputed vision
     indices and mrope positions, padded vision attention via ``attention``)."""
-    with torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16, enabled=amp):
+    return forward_parts(model, batch, fast=fast, amp=amp, attention=attention)[0]
+
+
+def forward_parts(
+    model: Any,
+    batch: Batch,
+    *,
+    fast: bool = True,
+    amp: bool = True,
+    attention: PaddedAttention | None = None,
+    vision_grad: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`forward_logits` plus the merged visual tokens (the vision tower's output;
+    None on the stock path). ``vision_grad`` scales the LM loss's gradient into the
+    vision tower (the forward values are unchanged)."""
+    device_type = batch["input_ids"].device.type
+    # bf16 autocast on the GPU; on the CPU (probes, tests) plain fp32 is faster
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=amp and device_type == "cuda"):
         if not fast:
             keys = (
                 "input_ids",
@@ -341,7 +417,8 @@ def forward_logits(
                 "pixel_values",
                 "image_grid_thw",
             )
-            return model(**{k: batch[k] for k in keys}, use_cache=False).logits  # type: ignore[no-any-return]
+            logits = model(**{k: batch[k] for k in keys}, use_cache=False).logits
+            return logits, None
         vision = dict(batch["vision"])
         if attention is not None:
             attention.set((vision["cu_seqlens"], vision["cu_window_seqlens"]), batch["plans"])
@@ -350,15 +427,55 @@ def forward_logits(
         ).pooler_output
         embeds = model.model.get_input_embeddings()(batch["input_ids"])
         slots = (batch["input_ids"] == modelcfg.IMAGE_PAD_ID)[..., None].expand_as(embeds)
-        embeds = embeds.masked_scatter(slots, feats.to(embeds.dtype))
+        embeds = embeds.masked_scatter(slots, scale_grad(feats, vision_grad).to(embeds.dtype))
         # right padding only: with causal attention no real token sees a pad, so no mask is
         # needed and SDPA runs its mask-free kernels (see padded_vision_attention)
-        return model(  # type: ignore[no-any-return]
+        logits = model(
             inputs_embeds=embeds,
             attention_mask=None,
             position_ids=batch["position_ids"],
             use_cache=False,
         ).logits
+        return logits, feats
+
+
+def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """``x`` in the forward pass; its gradient multiplied by ``factor`` in the backward."""
+    if factor == 1.0:
+        return x
+    return x * factor + x.detach() * (1.0 - factor)
+
+
+class AuxHead(torch.nn.Module):
+    """Training-only linear heads on the merged visual tokens: each token's shape and colour
+    class (:func:`token_labels`). Not part of the saved model. Trained always (a linear
+    probe of what the vision tower encodes); its gradient reaches the vision tower scaled by
+    ``weight`` (0: a pure probe, the vision tower learns from the answers alone)."""
+
+    def __init__(self, width: int, weight: float) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(width, N_SHAPE + N_COLOUR)
+        self.weight = weight
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        return self.proj(scale_grad(feats, self.weight).float())  # type: ignore[no-any-return]
+
+    def loss(
+        self, feats: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Cross-entropy (shape + colour) and per-head correct counts on shape tokens."""
+        out = self(feats)
+        shape_logits, colour_logits = out[:, :N_SHAPE], out[:, N_SHAPE:]
+        loss = F.cross_entropy(shape_logits, labels[:, 0]) + F.cross_entropy(
+            colour_logits, labels[:, 1]
+        )
+        on = labels[:, 0] > 0
+        stats = {
+            "shape_hit": (shape_logits.argmax(1) == labels[:, 0])[on].sum(),
+            "colour_hit": (colour_logits.argmax(1) == labels[:, 1])[on].sum(),
+            "on": on.sum(),
+        }
+        return loss, stats
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -394,15 +511,24 @@ def check_equivalence(model: Any, batch: Batch, attention: PaddedAttention) -> d
 
 
 def evaluate(
-    model: Any, batches: list[Batch], device: torch.device, attention: PaddedAttention
+    model: Any,
+    batches: list[Batch],
+    device: torch.device,
+    attention: PaddedAttention,
+    aux: AuxHead | None = None,
 ) -> dict[str, Any]:
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     loss_sum = 0.0
+    probe = {"shape_hit": 0, "colour_hit": 0, "on": 0}
     model.eval()
     with torch.no_grad():
         for batch in batches:
-            logits = forward_logits(model, batch, attention=attention)
+            logits, feats = forward_parts(model, batch, attention=attention)
             loss_sum += float(answer_loss(logits, batch["labels"]))
+            if aux is not None and feats is not None:
+                _, stats = aux.loss(feats, batch["vision_labels"])
+                for k, v in stats.items():
+                    probe[k] += int(v)
             ok = exact(logits, batch["labels"]).tolist()
             for good, kind, lang in zip(ok, batch["kind"], batch["lang"], strict=True):
                 for key in ("all", kind, lang):
@@ -410,7 +536,14 @@ def evaluate(
                     hits[key][1] += 1
     model.train()
     acc = {k: round(v[0] / v[1], 4) for k, v in sorted(hits.items())}
-    return {"loss": round(loss_sum / len(batches), 4), "acc": acc, "n": hits["all"][1]}
+    result: dict[str, Any] = {"loss": round(loss_sum / len(batches), 4), "acc": acc}
+    if probe["on"]:
+        # per visual token covered by a shape: the auxiliary head's shape / colour accuracy
+        result["token_acc"] = {
+            "shape": round(probe["shape_hit"] / probe["on"], 4),
+            "colour": round(probe["colour_hit"] / probe["on"], 4),
+        }
+    return result | {"n": hits["all"][1]}
 
 
 # --- the run --------------------------------------------------------------------------
@@ -455,6 +588,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--device", default="cuda")
     p.add_argument(
+        "--aux-weight",
+        type=float,
+        default=1.0,
+        help="weight of the auxiliary per-token shape/colour loss's gradient into the vision "
+        "tower (0: the head is only a probe)",
+    )
+    p.add_argument(
+        "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=None,
+        help="CPU probes only: cap images below the processor's max_pixels",
+    )
+    p.add_argument(
+        "--kinds",
+        default=",".join(scenes.KINDS),
+        help="comma-separated question types to train and evaluate on",
+    )
+    p.add_argument(
         "--init",
         type=Path,
         default=None,
@@ -481,17 +635,32 @@ def build_model(device: torch.device, init: Path | None = None) -> Any:
     return model
 
 
-def make_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for name, param in model.named_parameters():
-        (decay if param.ndim >= 2 and "embed" not in name else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+def make_optimizer(
+    model: Any,
+    lr: float,
+    weight_decay: float,
+    aux: AuxHead | None = None,
+    vision_lr_mult: float = 1.0,
+) -> torch.optim.Optimizer:
+    """AdamW; no decay on norms/embeddings/biases; ``visual`` (and the auxiliary head) at
+    ``vision_lr_mult`` times the learning rate (each group's ``lr_scale``)."""
+    params = list(model.named_parameters())
+    if aux is not None:
+        params += [("visual.aux." + n, p) for n, p in aux.named_parameters()]
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = defaultdict(list)
+    for name, param in params:
+        decays = param.ndim >= 2 and "embed" not in name
+        groups[(decays, "visual" in name)].append(param)
+    param_groups = [
+        {
+            "params": ps,
+            "weight_decay": weight_decay if decays else 0.0,
+            "lr_scale": vision_lr_mult if vision else 1.0,
+        }
+        for (decays, vision), ps in sorted(groups.items())
     ]
     fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=fused)
+    return torch.optim.AdamW(param_groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=fused)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -502,8 +671,10 @@ def run(args: argparse.Namespace) -> None:
     model = build_model(device, args.init)
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
+    kinds = tuple(args.kinds.split(","))
+    aux = AuxHead(model.config.text_config.hidden_size, args.aux_weight).to(device)
     loader = DataLoader(
-        SceneBatches(args.processor_dir, args.batch, args.seed),
+        SceneBatches(args.processor_dir, args.batch, args.seed, kinds, args.max_pixels),
         batch_size=None,
         num_workers=args.workers,
         pin_memory=device.type == "cuda",
@@ -511,11 +682,14 @@ def run(args: argparse.Namespace) -> None:
         persistent_workers=args.workers > 0,
     )
     batches = iter(loader)  # workers start now, while the held-out set is encoded
-    held = [to_device(b, device) for b in held_out_batches(args.processor_dir, args.eval_n, 128)]
+    held = [
+        to_device(b, device)
+        for b in held_out_batches(args.processor_dir, args.eval_n, 128, kinds, args.max_pixels)
+    ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))
     attention.enable(True)
-    opt = make_optimizer(model, args.lr, args.weight_decay)
-    train_loop(model, opt, batches, held, args, device, attention)
+    opt = make_optimizer(model, args.lr, args.weight_decay, aux, args.vision_lr_mult)
+    train_loop(model, opt, batches, held, args, device, attention, aux)
 
 
 def train_loop(
@@ -526,6 +700,7 @@ def train_loop(
     args: argparse.Namespace,
     device: torch.device,
     attention: PaddedAttention,
+    aux: AuxHead,
 ) -> None:
     """The schedule's progress is the larger of steps done and wall time used, so the
     cosine decay completes within ``--max-minutes`` whatever the throughput."""
@@ -542,11 +717,17 @@ def train_loop(
         elapsed = time.time() - start
         progress = max(step / args.steps, elapsed / budget)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, progress, args.lr, args.warmup)
-        loss = answer_loss(forward_logits(model, batch, attention=attention), batch["labels"])
+            group["lr"] = group["lr_scale"] * lr_at(step, progress, args.lr, args.warmup)
+        logits, feats = forward_parts(model, batch, attention=attention)
+        assert feats is not None
+        lm_loss = answer_loss(logits, batch["labels"])
+        aux_loss, _ = aux.loss(feats, batch["vision_labels"])
+        loss = lm_loss + aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(
+            [p for g in opt.param_groups for p in g["params"]], 1.0
+        )
         if torch.isfinite(norm):
             opt.step()
         else:
@@ -557,7 +738,8 @@ def train_loop(
         if step % args.log_every == 0:
             row = {
                 "step": step,
-                "loss": round(loss.item(), 4),
+                "loss": round(lm_loss.item(), 4),
+                "aux_loss": round(aux_loss.item(), 4),
                 "lr": opt.param_groups[0]["lr"],
                 "grad_norm": round(norm.item(), 3),
                 "elapsed_s": round(elapsed, 1),
@@ -568,7 +750,7 @@ def train_loop(
             log.info("train %s", json.dumps(row))
             metrics.write(json.dumps({"train": row}) + "\n")
         if step % args.eval_every == 0 or last:
-            result = evaluate(model, held, device, attention)
+            result = evaluate(model, held, device, attention, aux)
             result |= {"step": step, "elapsed_s": round(elapsed, 1)}
             log.info("eval %s", json.dumps(result, ensure_ascii=False))
             metrics.write(json.dumps({"eval": result}, ensure_ascii=False) + "\n")

@@ -1,0 +1,78 @@
+"""Training-side helpers: auxiliary vision labels and the gradient scaling."""
+
+from __future__ import annotations
+
+import torch
+
+from qwen_ui.demo import modelcfg, scenes, train
+from qwen_ui.demo.modelcfg import PATCH
+
+
+def scene() -> scenes.Scene:
+    # 224 x 168 px: a 16 x 12 patch grid (no resize), 8 x 6 merged tokens of 28 px
+    square = scenes.Shape("square", "red", (215, 40, 40), cx=42.0, cy=42.0, r=30.0)
+    star = scenes.Shape("star", "blue", (40, 80, 215), cx=170.0, cy=112.0, r=40.0)
+    return scenes.Scene(224, 168, (250, 250, 250), (square, star))
+
+
+def test_token_labels_mark_the_covering_shape() -> None:
+    labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
+    assert labels.shape == (6 * 8, 2)
+    grid = labels.view(6, 8, 2)
+    red_square = (1 + scenes.SHAPES.index("square"), 1 + list(scenes.COLOURS).index("red"))
+    blue_star = (1 + scenes.SHAPES.index("star"), 1 + list(scenes.COLOURS).index("blue"))
+    # the square spans 16.5..67.5 px: it fills token (1, 1) (28..56 px); it covers only
+    # 11.5 x 11.5 px of token (0, 0) (< 1/4) and 11.5 x 28 px of token (0, 1) (> 1/4)
+    assert tuple(grid[1, 1].tolist()) == red_square
+    assert tuple(grid[0, 0].tolist()) == (0, 0)
+    assert tuple(grid[0, 1].tolist()) == red_square
+    # the star's centre (170, 112) is in token (4, 6)
+    assert tuple(grid[4, 6].tolist()) == blue_star
+    assert tuple(grid[5, 0].tolist()) == (0, 0)
+    assert tuple(grid[0, 7].tolist()) == (0, 0)
+    assert set(labels[:, 0].tolist()) == {0, red_square[0], blue_star[0]}
+
+
+def test_token_labels_follow_the_resize() -> None:
+    # the same scene drawn at twice the size but labelled on the same grid
+    big = scene()
+    big = scenes.Scene(
+        448,
+        336,
+        big.background,
+        tuple(
+            scenes.Shape(s.kind, s.colour, s.rgb, s.cx * 2, s.cy * 2, s.r * 2) for s in big.shapes
+        ),
+    )
+    small = train.token_labels(scene(), 12, 16)
+    assert torch.equal(train.token_labels(big, 12, 16), small)
+
+
+def test_encoder_labels_one_row_per_image_token() -> None:
+    encode = train.Encoder(train.WEIGHTS)
+    item = scenes.sample(3, kind="multi_count")
+    row = encode(item)
+    n_tokens = int((row["input_ids"] == modelcfg.IMAGE_PAD_ID).sum())
+    assert row["vision_labels"].shape == (n_tokens, 2)
+    assert int((row["vision_labels"][:, 0] > 0).sum()) > 0
+
+
+def test_scale_grad_keeps_values_and_scales_gradient() -> None:
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    y = train.scale_grad(x, 0.25)
+    assert torch.equal(y, x)
+    y.sum().backward()  # type: ignore[no-untyped-call]
+    assert x.grad is not None
+    assert torch.allclose(x.grad, torch.full((2,), 0.25))
+
+
+def test_aux_head_with_weight_zero_is_only_a_probe() -> None:
+    torch.manual_seed(0)
+    feats = torch.randn(5, 384, requires_grad=True)
+    labels = torch.tensor([[0, 0], [1, 2], [2, 3], [3, 4], [4, 6]])
+    head = train.AuxHead(384, weight=0.0)
+    loss, stats = head.loss(feats, labels)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert feats.grad is not None and float(feats.grad.abs().max()) == 0.0
+    assert head.proj.weight.grad is not None and float(head.proj.weight.grad.abs().max()) > 0
+    assert int(stats["on"]) == 4

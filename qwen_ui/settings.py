@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         description="KV cache of the decode loop: 'eager' grows a dynamic cache per request, "
         "'static' decodes into fixed-length caches the worker pools; 'auto' = static on CUDA.",
     )
+    prefill_dequant_rows: int = Field(
+        0,
+        ge=0,
+        description="AWQ models: prompts of more tokens than this run each int4 layer on a "
+        "weight dequantized for that call (faster than the int4 kernel at large batch); "
+        "keeps the AWQ tensors beside the kernel's, about 4 bits more per weight. 0 = off.",
+    )
     compile_decode: bool = Field(
         False,
         description="With a static cache on CUDA, run the decode step through torch.compile "

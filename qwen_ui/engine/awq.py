@@ -96,6 +96,9 @@ class Int4Linear(nn.Module):
     packed: torch.Tensor
     scales_and_zeros: torch.Tensor
     weight: torch.Tensor
+    awq_qweight: torch.Tensor
+    awq_qzeros: torch.Tensor
+    awq_scales: torch.Tensor
 
     def __init__(
         self, in_features: int, out_features: int, group_size: int, dtype: torch.dtype
@@ -107,6 +110,9 @@ class Int4Linear(nn.Module):
         self.dtype = dtype
         self.dequantized = False
         self.bias: nn.Parameter | None = None
+        # Inputs of more rows than this (a long prefill) take a dequantized weight instead
+        # of the int4 kernel, which is slow at large batch; 0 = always the kernel.
+        self.prefill_rows = 0
 
     @classmethod
     def from_awq(
@@ -118,12 +124,20 @@ class Int4Linear(nn.Module):
         group_size: int,
         device: torch.device,
         dtype: torch.dtype,
+        prefill_rows: int = 0,
     ) -> Int4Linear:
+        """``prefill_rows > 0`` also keeps the AWQ tensors (another 4 bits per weight) to
+        dequantize from, one layer at a time, for inputs of more rows than that."""
         in_features, out_features = qweight.shape[0], qweight.shape[1] * PACK
         layer = cls(in_features, out_features, group_size, dtype)
         qweight, qzeros, scales = (t.to(device) for t in (qweight, qzeros, scales))
         if kernel_fits(device, out_features, in_features, group_size):
             layer._set_kernel_weights(qweight, qzeros, scales, device)
+            if prefill_rows > 0:
+                layer.prefill_rows = prefill_rows
+                layer.register_buffer("awq_qweight", qweight.contiguous())
+                layer.register_buffer("awq_qzeros", qzeros.contiguous())
+                layer.register_buffer("awq_scales", scales.contiguous())
         else:
             weight = dequantize_awq(qweight, qzeros, scales, group_size).to(dtype)
             layer.register_buffer("weight", weight)
@@ -150,6 +164,11 @@ class Int4Linear(nn.Module):
         if self.dequantized:
             return nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
         shape = x.shape
+        if self.prefill_rows and x.numel() // self.in_features > self.prefill_rows:
+            # the input rounded to bf16 as the kernel takes it; the weight in the compute
+            # dtype (bf16 on CUDA, float32 on the CPU)
+            weight = self.dequantized_weight(x.dtype)
+            return nn.functional.linear(x.to(KERNEL_DTYPE).to(x.dtype), weight, self.bias)
         flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
         if flat.is_cuda:
             out = torch._weight_int4pack_mm(
@@ -163,6 +182,15 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             out = out + self.bias.to(x.dtype)
         return out.reshape(*shape[:-1], self.out_features)
+
+    def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """``[out, in]`` in ``dtype`` from the kept AWQ tensors (only with ``prefill_rows``),
+        computed as the kernel does: ``(q - 8) * s + z'`` with ``s``, ``z'`` from
+        ``scales_and_zeros``."""
+        work = torch.float32 if dtype == torch.float32 else KERNEL_DTYPE
+        q = unpack_awq(self.awq_qweight).to(work) - 8.0  # [in, out]
+        sz = self.scales_and_zeros.to(work).repeat_interleave(self.group_size, dim=0)
+        return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
 
     def extra_repr(self) -> str:
         path = "dequantized" if self.dequantized else "int4 kernel"

@@ -136,6 +136,7 @@ class Engine:
             settings.device,
             settings.min_pixels,
             settings.max_pixels,
+            settings.prefill_dequant_rows,
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)

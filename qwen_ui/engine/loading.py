@@ -33,7 +33,8 @@ RENAMES = (("visual.", "model.visual."), ("model.", "model.language_model."))
 VISION_PREFIX = "model.visual."
 
 
-def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
+def load_model(path: Path, device: torch.device, dtype: torch.dtype, prefill_rows: int = 0) -> Any:
+    """``prefill_rows``: see :meth:`Int4Linear.from_awq` (AWQ checkpoints only)."""
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     try:
         awq = awq_settings(config)
@@ -49,14 +50,19 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
         group, zero_point = awq
         if not zero_point:
             raise UnsupportedModel(reason="AWQ checkpoints without zero points are not supported")
-        model = load_awq_model(path, config, group, device, dtype)
+        model = load_awq_model(path, config, group, device, dtype, prefill_rows)
     model.eval()
     model.requires_grad_(False)
     return model
 
 
 def load_awq_model(
-    path: Path, config: Any, group: int, device: torch.device, dtype: torch.dtype
+    path: Path,
+    config: Any,
+    group: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    prefill_rows: int = 0,
 ) -> Any:
     plain = copy.deepcopy(config)
     del plain.quantization_config
@@ -74,7 +80,9 @@ def load_awq_model(
     for module_name, ckpt_prefix in quantized.items():
         model.set_submodule(
             module_name,
-            _quantized_layer(model, module_name, ckpt_prefix, tensors, group, device, dtype),
+            _quantized_layer(
+                model, module_name, ckpt_prefix, tensors, group, device, dtype, prefill_rows
+            ),
         )
         loaded.update(f"{module_name}.{leaf}" for leaf in ("weight", "bias"))
     _finish(model, loaded)
@@ -162,6 +170,7 @@ def _quantized_layer(
     group: int,
     device: torch.device,
     dtype: torch.dtype,
+    prefill_rows: int = 0,
 ) -> nn.Module:
     qweight, qzeros, scales = (tensors[f"{prefix}.{leaf}"] for leaf in QUANT_SUFFIXES)
     bias = tensors.get(f"{prefix}.bias")
@@ -173,7 +182,7 @@ def _quantized_layer(
             if bias is not None:
                 linear.bias.copy_(bias.float())
         return linear.to(device=device, dtype=dtype)
-    return Int4Linear.from_awq(qweight, qzeros, scales, bias, group, device, dtype)
+    return Int4Linear.from_awq(qweight, qzeros, scales, bias, group, device, dtype, prefill_rows)
 
 
 def _finish(model: Any, loaded: set[str]) -> None:

@@ -56,6 +56,7 @@ class ModelSpec:
     device: str  # "auto" | "cpu" | "cuda"
     min_pixels: int
     max_pixels: int
+    prefill_dequant_rows: int = 0  # AWQ: prompts longer than this skip the int4 kernel
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,9 @@ class Pipelines:
         processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
             snapshot.path, local_files_only=True
         )
-        model = load_model(Path(snapshot.path), device, compute_dtype(device))
+        model = load_model(
+            Path(snapshot.path), device, compute_dtype(device), self.spec.prefill_dequant_rows
+        )
         return Loaded(
             VisionPipeline(processor, model, self.spec),
             LanguagePipeline(processor, model),

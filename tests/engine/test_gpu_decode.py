@@ -1,0 +1,63 @@
+"""On the device: the fast paths (static cache + compiled/graph-captured decode step, int4
+kernel for decode, dequantized prefill for long prompts) give the reference path's greedy
+tokens on the demo model's held-out evaluation questions (``qwen_ui.demo.scenes``).
+
+Run there: ``python -m pytest tests/engine/test_gpu_decode.py -m gpu -q``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from qwen_ui.demo import scenes
+from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions, compiled_step, run
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.settings import DEMO_MODEL_ID
+from qwen_ui.store import ModelStore
+
+WEIGHTS = Path(scenes.__file__).resolve().parent / "weights" / "awq"
+N_HELD_OUT = 24
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    pytest.mark.skipif(not any(WEIGHTS.glob("*.safetensors")), reason="demo AWQ weights not built"),
+]
+
+
+def load(store: ModelStore, prefill_rows: int) -> Loaded:
+    spec = ModelSpec(DEMO_MODEL_ID, "awq", "cuda", 3136, 112_896, prefill_rows)
+    return Pipelines(store, spec, EngineStatus()).load()
+
+
+@pytest.mark.parametrize("prefill_rows", [0, 16], ids=["int4-prefill", "dequant-prefill"])
+def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int) -> None:
+    store = ModelStore(tmp_path)
+    store.install(WEIGHTS, DEMO_MODEL_ID, "awq")
+    reference, fast = load(store, 0), load(store, prefill_rows)
+    pool, step = CachePool(fast.language.model), compiled_step(fast.language.model)
+    mismatches = []
+    for sample in scenes.held_out(N_HELD_OUT, seed=7):
+        answers = []
+        for loaded, mode in ((reference, "eager"), (fast, "static")):
+            embeddings = [loaded.vision.encode(i) for i in sample.images()]
+            prompt = loaded.language.build_prompt(
+                [Turn(sample.question, len(embeddings))], embeddings
+            )
+            tokens: list[int] = []
+            generation = (
+                Generation(loaded.language.model, prompt, SamplingOptions(24))
+                if mode == "eager"
+                else Generation(
+                    loaded.language.model, prompt, SamplingOptions(24), "static", pool, step
+                )
+            )
+            run(generation, loaded.language.stop_ids, tokens.append, bool)
+            answers.append(tokens)
+        if answers[0] != answers[1]:
+            mismatches.append((sample.question, answers))
+    assert not mismatches, mismatches

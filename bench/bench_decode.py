@@ -100,13 +100,15 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 def decode_bytes(model: Any) -> int:
-    """Bytes one decode step reads: the decoder's tensors as stored (not the vision tower),
-    with one row of the embedding table instead of the whole table."""
+    """Bytes one decode step reads: the decoder's tensors as stored (not the vision tower,
+    not the AWQ copies kept for the dequantized prefill), with one row of the embedding
+    table instead of the whole table (unless it is also the LM head)."""
     total = 0
     embed = model.get_input_embeddings().weight
     seen: set[int] = set()
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        if ".visual." in f".{name}" or id(tensor) in seen:
+        kept_for_prefill = name.rpartition(".")[2].startswith("awq_")  # not read by decode
+        if ".visual." in f".{name}" or id(tensor) in seen or kept_for_prefill:
             continue
         seen.add(id(tensor))
         if tensor is embed:
@@ -180,6 +182,7 @@ def engine_settings(args: argparse.Namespace, **extra: Any) -> Settings:
         "device": args.device,
         "decode_mode": args.decode_mode,
         "compile_decode": args.compile,
+        "prefill_dequant_rows": args.prefill_dequant_rows,
         "max_images": 8,
         "max_image_pixels": 50_000_000,
         "embed_cache_bytes": 512 * 2**20,
@@ -527,6 +530,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=cuda,
         help="CUDA graphs for the decode step (settings.compile_decode; on by default on CUDA)",
     )
+    parser.add_argument(
+        "--prefill-dequant-rows",
+        type=int,
+        default=0,
+        help="settings.prefill_dequant_rows: prompts longer than this skip the int4 kernel",
+    )
     parser.add_argument("--a10", action="store_true", help="device limited to 22 GiB")
     parser.add_argument("--web", action="store_true", help="also the HTTP client's view")
     parser.add_argument("--skip-stock", action="store_true")
@@ -554,6 +563,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "profile": "a10 (22 GiB)" if args.a10 else "full device",
         "decode_mode": args.decode_mode,
         "compile": bool(args.compile and device.type == "cuda"),
+        "prefill_dequant_rows": args.prefill_dequant_rows,
         "checkpoint_s": round(time.perf_counter() - t0, 1),
         "command": "python bench/bench_decode.py " + " ".join(sys.argv[1:]),
     }

@@ -7,6 +7,7 @@ Needs only torch, transformers, safetensors and the demo model's tokenizer files
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import tempfile
@@ -26,6 +27,17 @@ DEMO_FILES = Path(__file__).resolve().parent.parent / "qwen_ui" / "demo" / "weig
 AWQ_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUP = 128
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
+# Shared by the published Qwen2.5-VL sizes: mrope and the vision tower (its output width
+# follows the language model's hidden size).
+_MROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}
+_QWEN25_VISION = {
+    "depth": 32,
+    "hidden_size": 1280,
+    "intermediate_size": 3420,
+    "num_heads": 16,
+    "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31],
+}
 A10_LIMIT = 22 * GiB
 
 # Qwen2.5-VL-7B-Instruct's published sizes; token ids from the demo tokenizer.
@@ -39,21 +51,9 @@ ARCH: dict[str, dict[str, Any]] = {
             "num_attention_heads": 28,
             "num_key_value_heads": 4,
             "max_position_embeddings": 128000,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1000000.0,
-                "mrope_section": [16, 24, 24],
-            },
+            "rope_parameters": _MROPE,
         },
-        "vision": {
-            "depth": 32,
-            "hidden_size": 1280,
-            "intermediate_size": 3420,
-            "num_heads": 16,
-            "out_hidden_size": 3584,
-            "window_size": 112,
-            "fullatt_block_indexes": [7, 15, 23, 31],
-        },
+        "vision": {**_QWEN25_VISION, "out_hidden_size": 3584},
     },
     # Qwen2.5-VL-3B-Instruct's published sizes (its embeddings are tied to the LM head).
     "3b": {
@@ -66,21 +66,9 @@ ARCH: dict[str, dict[str, Any]] = {
             "num_attention_heads": 16,
             "num_key_value_heads": 2,
             "max_position_embeddings": 128000,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1000000.0,
-                "mrope_section": [16, 24, 24],
-            },
+            "rope_parameters": _MROPE,
         },
-        "vision": {
-            "depth": 32,
-            "hidden_size": 1280,
-            "intermediate_size": 3420,
-            "num_heads": 16,
-            "out_hidden_size": 2048,
-            "window_size": 112,
-            "fullatt_block_indexes": [7, 15, 23, 31],
-        },
+        "vision": {**_QWEN25_VISION, "out_hidden_size": 2048},
     },
     "tiny": {
         "text": {
@@ -115,8 +103,8 @@ ARCH: dict[str, dict[str, Any]] = {
 
 def model_config(arch: str, layers: int | None, depth: int | None) -> Qwen2_5_VLConfig:
     tie = bool(ARCH[arch].get("tie", False))
-    text = dict(ARCH[arch]["text"])
-    vision = dict(ARCH[arch]["vision"])
+    text = copy.deepcopy(ARCH[arch]["text"])  # the arches share nested dicts (_MROPE)
+    vision = copy.deepcopy(ARCH[arch]["vision"])
     if layers:
         text["num_hidden_layers"] = layers
     if depth:

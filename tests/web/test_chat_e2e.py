@@ -35,6 +35,19 @@ def session(server: ServerProcess) -> Iterator[httpx.Client]:
         yield client
 
 
+# The stage titles of a first question with three images, in order.
+THREE_IMAGE_STAGES = [
+    "Decoding image 1/3",
+    "Decoding image 2/3",
+    "Decoding image 3/3",
+    "Loading the model",
+    "Encoding image 1/3",
+    "Encoding image 2/3",
+    "Encoding image 3/3",
+    "Answering",
+]
+
+
 def cookie_header(client: httpx.Client) -> str:
     return "; ".join(f"{name}={value}" for name, value in client.cookies.items())
 
@@ -78,16 +91,7 @@ def test_three_images_stream_stages_in_order_then_the_answer(
         answers.append(text_of(reply))
     final = job.outputs()[-1][0]
     stages = [t for t in titles if not t.startswith(("Working", "Done"))]
-    assert stages == [
-        "Decoding image 1/3",
-        "Decoding image 2/3",
-        "Decoding image 3/3",
-        "Loading the model",
-        "Encoding image 1/3",
-        "Encoding image 2/3",
-        "Encoding image 3/3",
-        "Answering",
-    ]
+    assert stages == THREE_IMAGE_STAGES
     assert titles[-1].startswith("Done in")
     assert final[-2]["metadata"]["status"] == "done"
     assert text_of(final[-1]) and text_of(final[-1]) == answers[-1]

@@ -609,6 +609,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated question types to train and evaluate on",
     )
     p.add_argument(
+        "--fresh-lm",
+        action="store_true",
+        help="with --init: keep the vision tower, re-initialise the language model (a language "
+        "model stuck on answer priors does not learn to read new visual features)",
+    )
+    p.add_argument(
         "--init",
         type=Path,
         default=None,
@@ -617,8 +623,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def build_model(device: torch.device, init: Path | None = None) -> Any:
-    """A fresh model, or (``init``) one continuing from a saved checkpoint, in fp32."""
+def build_model(device: torch.device, init: Path | None = None, fresh_lm: bool = False) -> Any:
+    """A fresh model, or (``init``) one continuing from a saved checkpoint, in fp32; with
+    ``fresh_lm`` only its vision tower continues."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     if init is not None:
@@ -629,10 +636,22 @@ def build_model(device: torch.device, init: Path | None = None) -> Any:
         config = modelcfg.build_config()
         config._attn_implementation = "sdpa"
         model = Qwen2_5_VLForConditionalGeneration(config).to(device)
+    if init is not None and fresh_lm:
+        reset_language_model(model)
     model.generation_config.eos_token_id = [modelcfg.IM_END_ID, modelcfg.ENDOFTEXT_ID]
     model.generation_config.pad_token_id = modelcfg.ENDOFTEXT_ID
     model.generation_config.do_sample = False
     return model
+
+
+def reset_language_model(model: Any) -> None:
+    """Fresh weights for the language model (embeddings, decoder layers, final norm; the tied
+    head follows the embeddings), as a new model would have; the vision tower is kept."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    fresh = Qwen2_5_VLForConditionalGeneration(model.config)
+    with torch.no_grad():
+        model.model.language_model.load_state_dict(fresh.model.language_model.state_dict())
 
 
 def make_optimizer(
@@ -668,7 +687,7 @@ def run(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
-    model = build_model(device, args.init)
+    model = build_model(device, args.init, args.fresh_lm)
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))

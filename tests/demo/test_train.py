@@ -76,3 +76,19 @@ def test_aux_head_with_weight_zero_is_only_a_probe() -> None:
     assert feats.grad is not None and float(feats.grad.abs().max()) == 0.0
     assert head.proj.weight.grad is not None and float(head.proj.weight.grad.abs().max()) > 0
     assert int(stats["on"]) == 4
+
+
+def test_fresh_lm_keeps_the_vision_tower_and_reinitialises_the_language_model() -> None:
+    torch.manual_seed(0)
+    model = train.build_model(torch.device("cpu"), None)
+    with torch.no_grad():  # a "trained" language model: far from any fresh initialisation
+        model.model.language_model.embed_tokens.weight.fill_(3.0)
+    vision = {k: v.clone() for k, v in model.model.visual.state_dict().items()}
+
+    train.reset_language_model(model)
+
+    for key, value in model.model.visual.state_dict().items():
+        assert torch.equal(value, vision[key]), key
+    embed = model.model.language_model.embed_tokens.weight
+    assert embed.abs().max() < 1.0  # fresh weights, not the 3.0 above
+    assert model.lm_head.weight is embed  # the head stays tied to the embeddings

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
         description="KV cache of the decode loop: 'eager' grows a dynamic cache per request, "
         "'static' decodes into fixed-length caches the worker pools; 'auto' = static on CUDA.",
     )
+    vision_attention: Literal["batched", "stock"] = Field(
+        "batched",
+        description="Vision tower attention: 'batched' attends every window of a layer in "
+        "one call; 'stock' keeps transformers' per-window loop (flash-attention models "
+        "keep their own single call either way).",
+    )
     prefill_dequant_rows: int = Field(
         0,
         ge=0,

@@ -137,6 +137,7 @@ class Engine:
             settings.min_pixels,
             settings.max_pixels,
             settings.prefill_dequant_rows,
+            settings.vision_attention,
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)

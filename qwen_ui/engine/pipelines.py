@@ -24,6 +24,7 @@ import transformers
 from PIL import Image
 from transformers import AutoProcessor, PreTrainedModel
 
+from qwen_ui.engine import vision
 from qwen_ui.engine.cache import Embedding
 from qwen_ui.engine.errors import UnsupportedModel
 from qwen_ui.engine.generate import Prompt
@@ -57,6 +58,7 @@ class ModelSpec:
     min_pixels: int
     max_pixels: int
     prefill_dequant_rows: int = 0  # AWQ: prompts longer than this skip the int4 kernel
+    vision_attention: str = "batched"  # "stock": transformers' per-window loop
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,8 @@ class Pipelines:
         model = load_model(
             Path(snapshot.path), device, compute_dtype(device), self.spec.prefill_dequant_rows
         )
+        if self.spec.vision_attention == "batched":
+            vision.install(model)
         return Loaded(
             VisionPipeline(processor, model, self.spec),
             LanguagePipeline(processor, model),

@@ -1,0 +1,136 @@
+"""The vision tower's forward, stock per-window attention loop vs ``qwen_ui.engine.vision``'s
+batched attention, in one process on the same random weights and pixels.
+
+    python bench/bench_vision.py --arch 7b --device cuda            # the H200
+    python bench/bench_vision.py --arch 7b --depth 4 --device cpu   # a CPU check
+
+Prints one JSON object: per image set, the median milliseconds of each path, their ratio
+and the largest difference between the two outputs. The grid of each image follows the
+processor's resize (``smart_resize``, 14 px patches, 2x2 merge, the published pixel
+limits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _checkpoints import model_config
+
+from qwen_ui.engine import vision
+
+MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL's published processor limits
+SETS = {"1x1024x768": [(1024, 768)], "3x1024x768": [(1024, 768)] * 3, "1x448x448": [(448, 448)]}
+
+
+def grid_of(width: int, height: int) -> tuple[int, int, int]:
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    h, w = smart_resize(height, width, factor=28, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    return (1, h // 14, w // 14)
+
+
+def tower(arch: str, depth: int | None, device: torch.device, dtype: torch.dtype) -> Any:
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+        Qwen2_5_VisionTransformerPretrainedModel,
+    )
+
+    config = model_config(arch, None, depth).vision_config
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = Qwen2_5_VisionTransformerPretrainedModel._from_config(config, dtype=dtype)
+    return model.to(device).eval()
+
+
+def timed(fn: Any, device: torch.device, reps: int, warmup: int) -> tuple[float, torch.Tensor]:
+    out = fn()
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times), out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(model: Any, sizes: list[tuple[int, int]], args: argparse.Namespace) -> dict[str, Any]:
+    grid = torch.tensor([grid_of(w, h) for w, h in sizes], device=args.device)
+    width = 3 * 2 * 14 * 14
+    pixels = torch.randn(int(grid.prod(-1).sum()), width, device=args.device, dtype=model.dtype)
+    holder = _Holder(model)
+
+    def forward() -> torch.Tensor:
+        with torch.inference_mode():
+            return model(pixels, grid_thw=grid).pooler_output  # type: ignore[no-any-return]
+
+    vision.uninstall(holder)
+    stock_ms, stock = timed(forward, args.device, args.reps, args.warmup)
+    vision.install(holder)
+    batched_ms, batched = timed(forward, args.device, args.reps, args.warmup)
+    vision.uninstall(holder)
+    return {
+        "patches": int(pixels.shape[0]),
+        "stock_ms": round(stock_ms, 2),
+        "batched_ms": round(batched_ms, 2),
+        "speedup": round(stock_ms / batched_ms, 2),
+        "max_abs_diff": float((stock.float() - batched.float()).abs().max()),
+        "output_abs_max": float(stock.float().abs().max()),
+    }
+
+
+class _Holder:
+    """What :func:`vision.install` expects around a bare vision tower."""
+
+    def __init__(self, tower: Any) -> None:
+        self.model = type("Inner", (), {"visual": tower})()
+        self.config = tower.config
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--arch", default="7b", choices=["7b", "3b", "tiny"])
+    p.add_argument("--depth", type=int, default=None, help="fewer vision blocks (CPU checks)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
+    args = p.parse_args(argv)
+    args.device = torch.device(args.device)
+    return args
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    dtype = torch.bfloat16 if args.device.type == "cuda" else torch.float32
+    model = tower(args.arch, args.depth, args.device, dtype)
+    result: dict[str, Any] = {"arch": args.arch, "depth": model.config.depth}
+    result |= {"device": str(args.device), "dtype": str(dtype), "reps": args.reps}
+    for name in args.sets.split(","):
+        result[name] = measure(model, SETS[name], args)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(json.dumps(run(parse(argv)), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""The batched vision attention gives the stock towers' outputs (Qwen2-VL, 2.5-VL, 3-VL)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from qwen_ui.demo import modelcfg
+from qwen_ui.engine import vision
+
+# two images of different sizes: unequal windows and images, so the padded path is used
+GRIDS = [(1, 16, 20), (1, 10, 6)]
+
+
+def qwen2_5_vl() -> Any:
+    from transformers import Qwen2_5_VLConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+        Qwen2_5_VisionTransformerPretrainedModel,
+    )
+
+    config = Qwen2_5_VLConfig(**modelcfg.config_dict()).vision_config  # window + full blocks
+    return Qwen2_5_VisionTransformerPretrainedModel._from_config(config)
+
+
+def qwen2_vl() -> Any:
+    from transformers import Qwen2VLConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+        Qwen2VisionTransformerPretrainedModel,
+    )
+
+    vision = {"depth": 2, "embed_dim": 64, "hidden_size": 128, "num_heads": 2, "mlp_ratio": 2}
+    config = Qwen2VLConfig(vision_config=vision).vision_config
+    return Qwen2VisionTransformerPretrainedModel._from_config(config)
+
+
+def qwen3_vl() -> Any:
+    from transformers import Qwen3VLConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    vision = {
+        "depth": 3,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 2,
+        "out_hidden_size": 128,
+        "patch_size": 14,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [0, 1],
+    }
+    config = Qwen3VLConfig(vision_config=vision).vision_config
+    return Qwen3VLVisionModel._from_config(config)
+
+
+def run(tower: Any) -> list[torch.Tensor]:
+    config = tower.config
+    width = config.in_channels * config.temporal_patch_size * config.patch_size**2
+    grid = torch.tensor(GRIDS)
+    torch.manual_seed(1)
+    pixels = torch.randn(int(grid.prod(-1).sum()), width)
+    with torch.no_grad():
+        return tensors(tower(pixels, grid_thw=grid))
+
+
+def tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    items = out.values() if hasattr(out, "values") else out
+    return [t for item in items if item is not None for t in tensors(item)]
+
+
+@pytest.mark.parametrize("build", [qwen2_5_vl, qwen2_vl, qwen3_vl])
+def test_batched_attention_matches_the_stock_loop(build: Any) -> None:
+    torch.manual_seed(0)
+    tower = build().float().eval()
+    model = SimpleNamespace(model=SimpleNamespace(visual=tower), config=tower.config)
+    stock = run(tower)
+    assert vision.install(model) == len(tower.blocks)
+    batched = run(tower)
+    assert len(batched) == len(stock) >= 2
+    for a, b in zip(stock, batched, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (a - b).abs().max()
+    vision.uninstall(model)
+    assert all("forward" not in block.attn.__dict__ for block in tower.blocks)
+
+
+def test_flash_attention_is_left_alone() -> None:
+    tower = qwen2_vl()
+    tower.config._attn_implementation = "flash_attention_2"
+    model = SimpleNamespace(model=SimpleNamespace(visual=tower), config=tower.config)
+    assert vision.install(model) == 0
+
+
+def test_layout_groups_chunks_by_length() -> None:
+    layout = vision.Layout.of(torch.tensor([0, 4, 6, 10, 10, 12]))
+    assert [g.tolist() for g in layout.groups] == [[[4, 5], [10, 11]], [[0, 1, 2, 3], [6, 7, 8, 9]]]
+    one = vision.Layout.of(torch.tensor([0, 5]))
+    assert [g.tolist() for g in one.groups] == [[[0, 1, 2, 3, 4]]]
+
+
+def test_layouts_are_reused_per_tensor() -> None:
+    layouts = vision.Layouts(size=2)
+    a, b = torch.tensor([0, 4]), torch.tensor([0, 4])
+    assert layouts.get(a) is layouts.get(a)
+    assert layouts.get(b) is not layouts.get(a)

@@ -72,8 +72,9 @@ async def answer(engine: Engine, request: AskRequest) -> Done:
 
 UNDERTRAINED = pytest.mark.xfail(
     strict=True,
-    reason="the shipped demo weights come from a cut-short run (docs/demo-model.md, Status): "
-    "8 of 24 right through the engine and through transformers' generate alike",
+    reason="the shipped demo weights are below the bar (docs/demo-model.md, Status): 17 (bf16) "
+    "and 18 (awq) of 24 held-out right; trained on single-turn questions only, the zh "
+    "follow-up repeats the first answer",
 )
 
 
@@ -99,8 +100,7 @@ async def test_cached_answers_are_token_identical(engine: Engine) -> None:
         assert again.answer == first.answer
 
 
-@UNDERTRAINED
-@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("lang", ["en", pytest.param("zh", marks=UNDERTRAINED)])
 async def test_follow_up_about_an_earlier_image(engine: Engine, lang: str) -> None:
     first = scenes.sample(scenes.HELD_OUT_BASE + 777, "colour", lang)  # type: ignore[arg-type]
     scene = first.scenes[0]

@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import random
 import shutil
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -77,13 +78,16 @@ def training_sample(index: int) -> scenes.Sample:
     return scenes.sample(seed, kind=random.Random(seed).choice(scenes.KINDS))  # noqa: S311
 
 
-def _encode_share(job: tuple[Path, list[scenes.Sample] | None, range]) -> list[Row]:
-    """A worker's share: held-out samples when given, else training samples by index."""
-    path, given, indexes = job
+def _encode_share(job: tuple[Path, list[scenes.Sample] | None, range, Path]) -> Path:
+    """A worker's share (held-out samples when given, else training samples by index),
+    saved to a file: returning thousands of tensors through the pool would pass one file
+    descriptor per tensor."""
+    path, given, indexes, out = job
     torch.set_num_threads(1)
     encoder, model = train.Encoder(path), load_model(path).eval()
     items = [given[i] if given is not None else training_sample(i) for i in indexes]
-    return [encode(encoder, model, s) for s in items]
+    torch.save([encode(encoder, model, s) for s in items], out)
+    return out
 
 
 def features(
@@ -91,10 +95,13 @@ def features(
 ) -> list[Row]:
     """Rows for ``given`` samples, or for the first ``n`` training samples."""
     count = len(given) if given is not None else n
-    jobs = [(path, given, range(w, count, workers)) for w in range(workers)]
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        parts = pool.map(_encode_share, jobs)
-    return [row for part in parts for row in part]
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [
+            (path, given, range(w, count, workers), Path(tmp, f"{w}.pt")) for w in range(workers)
+        ]
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            files = pool.map(_encode_share, jobs)
+        return [row for f in files for row in torch.load(f, weights_only=False)]
 
 
 # --- training -----------------------------------------------------------------------

@@ -207,6 +207,28 @@ def write_awq_checkpoint(src: Path, out: Path) -> Path:
 # --- other Qwen-VL families (mechanics only) ------------------------------------------
 
 
+QWEN2_VL_VISION = {
+    "depth": 2,
+    "embed_dim": 64,
+    "hidden_size": 128,
+    "num_heads": 2,
+    "mlp_ratio": 2,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+}
+QWEN3_VL_VISION = {
+    "depth": 3,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 2,
+    "out_hidden_size": 128,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "num_position_embeddings": 64,
+    "deepstack_visual_indexes": [0, 1],
+}
+
+
 def build_family_model(family: str, out: Path, seed: int = 0) -> Path:
     """A tiny random Qwen2-VL or Qwen3-VL checkpoint with tokenizer and processor."""
     from transformers import (
@@ -245,16 +267,7 @@ def build_family_model(family: str, out: Path, seed: int = 0) -> Path:
     }
     config: Any
     if family == "qwen2_vl":
-        vision = {
-            "depth": 2,
-            "embed_dim": 64,
-            "hidden_size": 128,
-            "num_heads": 2,
-            "mlp_ratio": 2,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-        }
-        config = Qwen2VLConfig(text_config=text, vision_config=vision, **special)
+        config = Qwen2VLConfig(text_config=text, vision_config=dict(QWEN2_VL_VISION), **special)
         image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
         processor: Any = Qwen2VLProcessor(
             image_processor=image_processor,
@@ -263,19 +276,8 @@ def build_family_model(family: str, out: Path, seed: int = 0) -> Path:
             chat_template=CHAT_TEMPLATE,
         )
     elif family == "qwen3_vl":
-        vision = {
-            "depth": 3,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 2,
-            "out_hidden_size": 128,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "num_position_embeddings": 64,
-            "deepstack_visual_indexes": [0, 1],
-        }
         text["rope_parameters"]["mrope_interleaved"] = True  # type: ignore[index]
-        config = Qwen3VLConfig(text_config=text, vision_config=vision, **special)
+        config = Qwen3VLConfig(text_config=text, vision_config=dict(QWEN3_VL_VISION), **special)
         image_processor = Qwen2VLImageProcessor(
             min_pixels=64 * 64,
             max_pixels=128 * 128,

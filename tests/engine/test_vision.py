@@ -10,6 +10,7 @@ import torch
 
 from qwen_ui.demo import modelcfg
 from qwen_ui.engine import vision
+from tests.engine.support import QWEN2_VL_VISION, QWEN3_VL_VISION
 
 # two images of different sizes: unequal windows and images, so the padded path is used
 GRIDS = [(1, 16, 20), (1, 10, 6)]
@@ -31,8 +32,7 @@ def qwen2_vl() -> Any:
         Qwen2VisionTransformerPretrainedModel,
     )
 
-    vision = {"depth": 2, "embed_dim": 64, "hidden_size": 128, "num_heads": 2, "mlp_ratio": 2}
-    config = Qwen2VLConfig(vision_config=vision).vision_config
+    config = Qwen2VLConfig(vision_config=dict(QWEN2_VL_VISION)).vision_config
     return Qwen2VisionTransformerPretrainedModel._from_config(config)
 
 
@@ -40,17 +40,7 @@ def qwen3_vl() -> Any:
     from transformers import Qwen3VLConfig
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
-    vision = {
-        "depth": 3,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_heads": 2,
-        "out_hidden_size": 128,
-        "patch_size": 14,
-        "num_position_embeddings": 64,
-        "deepstack_visual_indexes": [0, 1],
-    }
-    config = Qwen3VLConfig(vision_config=vision).vision_config
+    config = Qwen3VLConfig(vision_config=dict(QWEN3_VL_VISION)).vision_config
     return Qwen3VLVisionModel._from_config(config)
 
 

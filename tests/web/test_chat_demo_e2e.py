@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 
 from qwen_ui.demo import scenes
 from tests.support.server import ServerProcess, log_in_with_form
-from tests.web.test_chat_e2e import THREE_IMAGE_STAGES, cookie_header, text_of
+from tests.web.test_chat_e2e import THREE_IMAGE_STAGES, chat_client, follow, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -54,20 +53,9 @@ def asked(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> As
         paths.append(handle_file(str(path)))
     with httpx.Client(base_url=server.url, follow_redirects=False, timeout=60) as session:
         log_in_with_form(session, "demo", "demo", server.demo_password())
-        client = Client(
-            server.url,
-            headers={"Cookie": cookie_header(session)},
-            verbose=False,
-            download_files=str(tmp_path / "dl"),
-            analytics_enabled=False,
-        )
-        job = client.submit({"text": sample.question, "files": paths}, [], api_name="/on_submit")
-        titles: list[str] = []
-        for update in job:
-            title = update[0][-2]["metadata"]["title"]
-            if not titles or titles[-1] != title:
-                titles.append(title)
-        final: list[dict[str, Any]] = job.outputs()[-1][0]
+        client = chat_client(server, session, tmp_path)
+        message = {"text": sample.question, "files": paths}
+        titles, _, final = follow(client.submit(message, [], api_name="/on_submit"))
         client.close()
     return Asked(sample, titles, text_of(final[-1]).strip())
 

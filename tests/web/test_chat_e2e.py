@@ -68,28 +68,37 @@ def images(folder: Path, n: int) -> list[str]:
     return paths
 
 
-def test_three_images_stream_stages_in_order_then_the_answer(
-    server: ServerProcess, session: httpx.Client, tmp_path: Path
-) -> None:
-    client = Client(
+def chat_client(server: ServerProcess, session: httpx.Client, folder: Path) -> Client:
+    """gradio_client on the served UI with the logged-in session's cookie."""
+    return Client(
         server.url,
         headers={"Cookie": cookie_header(session)},
         verbose=False,
-        download_files=str(tmp_path / "dl"),
+        download_files=str(folder / "dl"),
         analytics_enabled=False,
     )
-    message = {"text": "How many circles?", "files": [handle_file(p) for p in images(tmp_path, 3)]}
-    job = client.submit(message, [], api_name="/on_submit")
+
+
+def follow(job: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """A chat job's stage titles (repeats collapsed), the reply's text at every update, and
+    the final chat messages."""
     titles: list[str] = []
     answers: list[str] = []
     for update in job:
-        chat = update[0]
-        stage, reply = chat[-2], chat[-1]
+        stage, reply = update[0][-2], update[0][-1]
         title = stage["metadata"]["title"]
         if not titles or titles[-1] != title:
             titles.append(title)
         answers.append(text_of(reply))
-    final = job.outputs()[-1][0]
+    return titles, answers, job.outputs()[-1][0]
+
+
+def test_three_images_stream_stages_in_order_then_the_answer(
+    server: ServerProcess, session: httpx.Client, tmp_path: Path
+) -> None:
+    client = chat_client(server, session, tmp_path)
+    message = {"text": "How many circles?", "files": [handle_file(p) for p in images(tmp_path, 3)]}
+    titles, answers, final = follow(client.submit(message, [], api_name="/on_submit"))
     stages = [t for t in titles if not t.startswith(("Working", "Done"))]
     assert stages == THREE_IMAGE_STAGES
     assert titles[-1].startswith("Done in")

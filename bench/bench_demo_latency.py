@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import statistics
@@ -41,12 +40,6 @@ def question(i: int) -> scenes.Sample:
     return replace(sample, scenes=(replace(scene, width=336, height=336, shapes=shapes),))
 
 
-def png(sample: scenes.Sample) -> bytes:
-    buf = io.BytesIO()
-    sample.images()[0].save(buf, "PNG")
-    return buf.getvalue()
-
-
 def engine_runner(revision: str) -> tuple[Callable[[int], str], Callable[[], None]]:
     from qwen_ui.demo.install import install_demo
     from qwen_ui.engine.engine import AskRequest, Engine
@@ -65,7 +58,10 @@ def engine_runner(revision: str) -> tuple[Callable[[int], str], Callable[[], Non
 
     async def ask(i: int) -> str:
         sample = question(i)
-        events = [e async for e in engine.ask(AskRequest("bench", sample.question, [png(sample)]))]
+        events = [
+            e
+            async for e in engine.ask(AskRequest("bench", sample.question, sample.png_bytes()[:1]))
+        ]
         done = events[-1]
         assert isinstance(done, Done), done
         return done.answer

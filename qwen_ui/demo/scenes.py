@@ -9,6 +9,7 @@ evaluation uses seeds from :data:`HELD_OUT_BASE` up, never seen in training.
 
 from __future__ import annotations
 
+import io
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -97,6 +98,15 @@ class Sample:
 
     def images(self) -> list[Image.Image]:
         return [render(scene) for scene in self.scenes]
+
+    def png_bytes(self) -> list[bytes]:
+        """The images as PNG files' bytes (what a user uploads)."""
+        out = []
+        for image in self.images():
+            buf = io.BytesIO()
+            image.save(buf, "PNG")
+            out.append(buf.getvalue())
+        return out
 
 
 def _matches(shape: Shape, colour: str | None, kind: str | None) -> bool:

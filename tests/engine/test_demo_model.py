@@ -4,7 +4,6 @@ about an earlier turn's image. Skips, saying so, until the weights are in the pa
 
 from __future__ import annotations
 
-import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -54,15 +53,6 @@ async def engine(tmp_path: Path, demo_store: ModelStore, revision: str) -> Async
     await eng.close()
 
 
-def png_bytes(sample: scenes.Sample) -> list[bytes]:
-    out = []
-    for image in sample.images():
-        buf = io.BytesIO()
-        image.save(buf, "PNG")
-        out.append(buf.getvalue())
-    return out
-
-
 async def answer(engine: Engine, request: AskRequest) -> Done:
     events: list[Event] = [e async for e in engine.ask(request)]
     done = events[-1]
@@ -85,7 +75,7 @@ async def test_held_out_scenes_are_answered_right(engine: Engine) -> None:
     assert any(len(s.scenes) > 1 for s in samples) and any(len(s.scenes) == 1 for s in samples)
     wrong = []
     for sample in samples:
-        done = await answer(engine, AskRequest("demo", sample.question, png_bytes(sample)))
+        done = await answer(engine, AskRequest("demo", sample.question, sample.png_bytes()))
         if done.answer.strip() != sample.answer:
             wrong.append((sample.kind, sample.lang, sample.question, sample.answer, done.answer))
     assert len(wrong) <= N_HELD_OUT // 10, wrong  # at least 90 % exactly right (≤ 2 of 24)
@@ -93,7 +83,7 @@ async def test_held_out_scenes_are_answered_right(engine: Engine) -> None:
 
 async def test_cached_answers_are_token_identical(engine: Engine) -> None:
     for sample in scenes.held_out(6, seed=11):
-        request = AskRequest("demo", sample.question, png_bytes(sample))
+        request = AskRequest("demo", sample.question, sample.png_bytes())
         first = await answer(engine, request)
         again = await answer(engine, request)
         assert again.cache_hits == len(sample.scenes) and first.cache_hits == 0
@@ -105,7 +95,7 @@ async def test_follow_up_about_an_earlier_image(engine: Engine, lang: str) -> No
     first = scenes.sample(scenes.HELD_OUT_BASE + 777, "colour", lang)  # type: ignore[arg-type]
     scene = first.scenes[0]
     total = "How many shapes are there?" if lang == "en" else "图中一共有几个图形？"
-    done = await answer(engine, AskRequest("demo", first.question, png_bytes(first)))
+    done = await answer(engine, AskRequest("demo", first.question, first.png_bytes()))
     later = await answer(engine, AskRequest("demo", total, conversation_id=done.conversation_id))
     assert later.images == 0 and later.cache_hits == 1  # the earlier image is in the prompt
     assert later.answer.strip() == str(len(scene.shapes))
@@ -138,7 +128,7 @@ async def test_engine_answers_like_the_reference(
     model, processor = reference
     for sample in scenes.held_out(12, seed=3):
         expected = plain.answer_batch(model, processor, [(sample.images(), sample.question)])
-        done = await answer(engine, AskRequest("demo", sample.question, png_bytes(sample)))
+        done = await answer(engine, AskRequest("demo", sample.question, sample.png_bytes()))
         assert done.answer.strip() == expected[0], (sample.kind, sample.lang, sample.question)
 
 

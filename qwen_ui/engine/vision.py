@@ -1,4 +1,4 @@
-"""A faster vision-tower attention: every window (or image) in one SDPA call.
+"""A faster vision-tower attention: one SDPA call per group of equal-length windows.
 
 Without flash-attn, transformers' Qwen2-VL, Qwen2.5-VL and Qwen3-VL vision attention loops
 over the windows in Python (one SDPA call per 8x8-patch window: about 60 for a 1024x768
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-FLASH = ("flash_attention_2", "flash_attention_3")  # already one varlen call: left alone
+Rotary = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,11 @@ def batched_attention(
     hidden_states: torch.Tensor,
     layout: Layout,
     position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    rotary: Rotary,
 ) -> torch.Tensor:
     """One block's attention, one call per group of equal-length chunks (the stock
-    module's weights and maths)."""
-    rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
+    module's weights and maths; ``rotary`` is its model file's
+    ``apply_rotary_pos_emb_vision``)."""
     seq, heads = hidden_states.shape[0], module.num_heads
     qkv = module.qkv(hidden_states).reshape(seq, 3, heads, -1).permute(1, 0, 2, 3)
     q, k = rotary(qkv[0], qkv[1], *position_embeddings)
@@ -82,11 +83,13 @@ def batched_attention(
     for index in layout.groups:  # [chunks, length] → [chunks, heads, length, dim]
         q_, k_, v_ = (t[index].transpose(1, 2) for t in (q, k, v))
         attended = F.scaled_dot_product_attention(q_, k_, v_, scale=module.scaling)
-        out[index] = attended.transpose(1, 2).to(out.dtype)
+        out[index] = attended.transpose(1, 2)
     return module.proj(out.reshape(seq, -1))  # type: ignore[no-any-return]
 
 
 def _forward(module: Any, layouts: Layouts) -> Callable[..., torch.Tensor]:
+    rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
+
     def forward(
         hidden_states: torch.Tensor,
         cu_seqlens: torch.Tensor,
@@ -94,7 +97,7 @@ def _forward(module: Any, layouts: Layouts) -> Callable[..., torch.Tensor]:
         **_: Any,
     ) -> torch.Tensor:
         layout = layouts.get(cu_seqlens)
-        return batched_attention(module, hidden_states, layout, position_embeddings)
+        return batched_attention(module, hidden_states, layout, position_embeddings, rotary)
 
     return forward
 
@@ -107,11 +110,14 @@ def vision_blocks(model: Any) -> list[Any]:
 
 def install(model: Any) -> int:
     """Swap every vision block's attention for :func:`batched_attention`; returns how
-    many were swapped (0 with flash attention, which already makes one call)."""
-    if model.config._attn_implementation in FLASH:
+    many were swapped. None when the attention asks for flash attention: transformers
+    then makes one varlen call already (the same test the stock module makes)."""
+    from transformers.utils.generic import is_flash_attention_requested
+
+    blocks = vision_blocks(model)
+    if not blocks or is_flash_attention_requested(blocks[0].attn.config):
         return 0
     layouts = Layouts()
-    blocks = vision_blocks(model)
     for block in blocks:
         block.attn.forward = _forward(block.attn, layouts)
     return len(blocks)

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig
 
-from qwen_ui.demo import modelcfg
+from qwen_ui.demo import awq_format, modelcfg
 
 GiB = 1024**3
 DEMO_FILES = Path(__file__).resolve().parent.parent / "qwen_ui" / "demo" / "weights" / "bf16"
@@ -186,14 +186,7 @@ def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path
         save_file(shard, str(tmp / f"model-{index + 1:05d}.safetensors"), {"format": "pt"})
     data = config.to_dict()
     data["dtype"] = "float16"
-    data["quantization_config"] = {
-        "bits": 4,
-        "group_size": GROUP,
-        "quant_method": "awq",
-        "version": "gemm",
-        "zero_point": True,
-        "modules_to_not_convert": ["visual"],
-    }
+    data["quantization_config"] = awq_format.quantization_config()
     (tmp / "config.json").write_text(json.dumps(data, indent=2))
     for item in DEMO_FILES.iterdir():  # the tokenizer and processor, not the demo weights
         if item.name not in MODEL_FILES and not item.name.endswith(".safetensors"):

@@ -25,6 +25,21 @@ MAX_Q = 2**BITS - 1
 QUANT_SUFFIXES = ("qweight", "qzeros", "scales")
 
 # legacy (official repo) key prefix -> transformers 5 module path
+
+
+def quantization_config() -> dict[str, object]:
+    """The ``quantization_config`` of the official ``Qwen/Qwen2.5-VL-*-Instruct-AWQ``
+    repos (AutoAWQ GEMM, 4-bit, group 128, zero points, vision tower not converted)."""
+    return {
+        "bits": BITS,
+        "group_size": GROUP,
+        "modules_to_not_convert": ["visual"],
+        "quant_method": "awq",
+        "version": "gemm",
+        "zero_point": True,
+    }
+
+
 _TO_MODULE = (
     (re.compile(r"^visual\."), "model.visual."),
     (re.compile(r"^model\.(?!visual\.|language_model\.)"), "model.language_model."),

@@ -272,14 +272,7 @@ def legacy_config(model: Any) -> dict[str, Any]:
         "vision_config": vision,
         "rope_scaling": {"type": "mrope", "mrope_section": list(rope["mrope_section"])},
         "vocab_size": text.vocab_size,
-        "quantization_config": {
-            "bits": awq_format.BITS,
-            "group_size": awq_format.GROUP,
-            "modules_to_not_convert": ["visual"],
-            "quant_method": "awq",
-            "version": "gemm",
-            "zero_point": True,
-        },
+        "quantization_config": awq_format.quantization_config(),
     }
 
 

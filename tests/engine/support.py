@@ -24,6 +24,7 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
+from qwen_ui.demo import awq_format
 from qwen_ui.demo.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 from qwen_ui.engine.awq import AWQ_ORDER
 
@@ -192,14 +193,7 @@ def write_awq_checkpoint(src: Path, out: Path) -> Path:
             shutil.copy(item, out / item.name)
     config = json.loads((src / "config.json").read_text())
     config["dtype"] = "float16"
-    config["quantization_config"] = {
-        "bits": 4,
-        "group_size": GROUP,
-        "quant_method": "awq",
-        "version": "gemm",
-        "zero_point": True,
-        "modules_to_not_convert": ["visual"],
-    }
+    config["quantization_config"] = awq_format.quantization_config()
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
 

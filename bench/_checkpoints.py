@@ -101,6 +101,14 @@ ARCH: dict[str, dict[str, Any]] = {
 # --- the checkpoint ------------------------------------------------------------------
 
 
+def limit_device_memory(device: torch.device, limit: int) -> None:
+    """Cap this process's allocations on a CUDA ``device`` at ``limit`` bytes (an A10's
+    memory on the H200); ``set_per_process_memory_fraction`` wants the device's index."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
+    torch.cuda.set_per_process_memory_fraction(limit / total, index)
+
+
 def model_config(arch: str, layers: int | None, depth: int | None) -> Qwen2_5_VLConfig:
     tie = bool(ARCH[arch].get("tie", False))
     text = copy.deepcopy(ARCH[arch]["text"])  # the arches share nested dicts (_MROPE)

@@ -44,7 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import ARCH, DirStore, model_config, write_checkpoint
+from _checkpoints import (
+    A10_LIMIT,
+    ARCH,
+    DirStore,
+    limit_device_memory,
+    model_config,
+    write_checkpoint,
+)
 from PIL import Image
 
 from qwen_ui.admission.seam import EngineAdmission, build
@@ -55,7 +62,6 @@ from qwen_ui.state import MemoryState
 
 log = logging.getLogger("bench_admission")
 GiB = 1024**3
-A10_LIMIT = 22 * GiB
 
 # --- measuring -----------------------------------------------------------------------
 
@@ -260,8 +266,7 @@ async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     gc.collect()  # the accuracy phase's engine (and its copy of the weights) is gone
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(limit / total, device)
+        limit_device_memory(device, limit)
     settings = settings_for(
         args.workdir,
         args.device,

@@ -56,7 +56,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import ARCH, DirStore, model_config, write_checkpoint
+from _checkpoints import (
+    A10_LIMIT,
+    ARCH,
+    DirStore,
+    limit_device_memory,
+    model_config,
+    write_checkpoint,
+)
 from PIL import Image
 from transformers import AutoProcessor
 
@@ -69,7 +76,6 @@ from qwen_ui.state import MemoryState
 
 log = logging.getLogger("bench_decode")
 GiB = 1024**3
-A10_LIMIT = 22 * GiB
 MODEL_ID = "bench/qwen2.5-vl-random"
 IMAGE_SIZE = (1024, 768)
 QUESTION = (
@@ -553,8 +559,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     path = write_checkpoint(args.workdir / name, config)
     if device.type == "cuda" and args.a10:
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(A10_LIMIT / total, device)
+        limit_device_memory(device, A10_LIMIT)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -20,8 +20,11 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   positions, the prompt embeddings and the image features, and one decoder layer's
   transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors;
   or RMSNorm's float32 copies when those are larger).
-* **decode**: the KV cache for ``L + max_new_tokens`` positions plus one layer's copy while
-  the cache grows (``torch.cat``), and the logits of one position.
+* **decode**: the KV cache for ``L + max_new_tokens`` positions (a static cache: that
+  rounded up to its length step), plus one layer's keys and values expanded to every query
+  head for grouped-query attention (SDPA's ``enable_gqa`` on CUDA; larger than the layer's
+  ``torch.cat`` copy while a dynamic cache grows, which is not alive at the same time), and
+  the logits of one position.
 
 Coefficients below count tensors alive at the same moment in transformers' Qwen2.5-VL
 code (``modeling_qwen2_5_vl.py``, 5.x); ``tests/admission/test_estimate.py`` checks the
@@ -180,6 +183,8 @@ def _logits(t: TextShape, b: int) -> int:
 def decode_peak(request: RequestShape, model: ModelShape) -> int:
     t, b = model.text, model.dtype_bytes
     length = request.prompt_tokens + request.max_new_tokens
+    if model.cache_bucket:
+        length = -(-length // model.cache_bucket) * model.cache_bucket
     kv = model.kv_bytes_per_token * length
-    growing = 2 * length * t.kv_heads * t.head_dim * b  # one layer's K and V copied by cat
-    return kv + growing + _logits(t, b) + 64 * t.hidden * F32
+    expanded = 2 * length * max(t.heads, t.kv_heads) * t.head_dim * b  # one layer's K and V
+    return kv + expanded + _logits(t, b) + 64 * t.hidden * F32

@@ -43,8 +43,15 @@ class ModelFacts:
 
 
 def load_facts(
-    path: Path, device: torch.device, dtype: torch.dtype, min_pixels: int, max_pixels: int
+    path: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    min_pixels: int,
+    max_pixels: int,
+    cache_bucket: int = 0,
 ) -> ModelFacts:
+    """``cache_bucket``: the static KV caches' length step when the engine decodes into
+    them (0: a cache grown token by token)."""
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
         path, local_files_only=True
@@ -53,7 +60,7 @@ def load_facts(
     low, high = pixel_bounds(image_processor, min_pixels, max_pixels)  # as the engine does
     geometry = Geometry.of(image_processor, low, high)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    shape = model_shape(config, dtype, device.type)
+    shape = model_shape(config, dtype, device.type, cache_bucket)
     return ModelFacts(shape, geometry, processor, weights)
 
 

@@ -43,6 +43,7 @@ from qwen_ui.admission.sizing import (
 from qwen_ui.engine.conversations import StoredTurn
 from qwen_ui.engine.engine import AskRequest, Engine
 from qwen_ui.engine.events import Event, Stage
+from qwen_ui.engine.generate import CACHE_BUCKET, decode_mode_for
 from qwen_ui.engine.images import CheckedImage
 from qwen_ui.engine.pipelines import compute_dtype, pick_device
 from qwen_ui.settings import Settings
@@ -125,6 +126,7 @@ class EngineAdmission:
                     self.dtype,
                     s.min_pixels,
                     s.max_pixels,
+                    self._cache_bucket(),
                 )
                 self._update_budget()
             await self._measure_resident()
@@ -156,6 +158,10 @@ class EngineAdmission:
         raise ImagesNeverFit(
             needed=needed, budget=budget, images=len(sized.new_grids), tokens=sized.image_tokens
         )
+
+    def _cache_bucket(self) -> int:
+        static = decode_mode_for(self.settings.decode_mode, self.device.type) == "static"
+        return CACHE_BUCKET if static else 0
 
     def _max_new_tokens(self, request: AskRequest) -> int:
         wanted = request.options.max_new_tokens

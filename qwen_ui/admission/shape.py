@@ -43,6 +43,7 @@ class ModelShape:
     dtype_bytes: int  # compute dtype of activations, KV cache and embeddings
     attn_implementation: str  # "sdpa", "eager", "flash_attention_2", ...
     preprocess_on_device: bool = False  # the processor's buffers count too (the CPU)
+    cache_bucket: int = 0  # static KV caches come in multiples of this (0: grown per token)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -101,7 +102,9 @@ def vision_shape(config: Any, text_hidden: int) -> VisionShape:
     )
 
 
-def model_shape(config: Any, dtype: torch.dtype, device: str = "cuda") -> ModelShape:
+def model_shape(
+    config: Any, dtype: torch.dtype, device: str = "cuda", cache_bucket: int = 0
+) -> ModelShape:
     text = text_shape(config)
     attn = getattr(config, "_attn_implementation", None) or "sdpa"
     return ModelShape(
@@ -110,4 +113,5 @@ def model_shape(config: Any, dtype: torch.dtype, device: str = "cuda") -> ModelS
         dtype_bytes=torch.empty((), dtype=dtype).element_size(),
         attn_implementation=str(attn),
         preprocess_on_device=device == "cpu",
+        cache_bucket=cache_bucket,
     )

@@ -34,6 +34,7 @@ from qwen_ui.engine.generate import (
     Prompt,
     SamplingOptions,
     compiled_step,
+    decode_mode_for,
     run,
 )
 from qwen_ui.engine.metrics import EngineMetrics
@@ -361,10 +362,8 @@ class Engine:
     ) -> Generation:
         """The request's decoding state, in the configured decode mode. The static caches
         and the compiled step belong to this worker (one request at a time), per model."""
-        mode = self.settings.decode_mode
+        mode = decode_mode_for(self.settings.decode_mode, model.device.type)
         cuda = model.device.type == "cuda"
-        if mode == "auto":
-            mode = "static" if cuda else "eager"
         if mode == "eager":
             return Generation(model, prompt, sampling)
         if self._decoder is None or self._decoder[0] is not model:

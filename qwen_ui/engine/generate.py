@@ -23,6 +23,13 @@ DecodeMode = Literal["eager", "static"]
 CACHE_BUCKET = 256  # static caches come in lengths that are multiples of this
 
 
+def decode_mode_for(setting: str, device_type: str) -> DecodeMode:
+    """The decode mode a setting means on a device ('auto' = static on CUDA)."""
+    if setting == "auto":
+        return "static" if device_type == "cuda" else "eager"
+    return "static" if setting == "static" else "eager"
+
+
 def cache_length(needed: int, bucket: int = CACHE_BUCKET) -> int:
     """The static cache length for ``needed`` positions: the next multiple of ``bucket``,
     so that a compiled decode step sees a handful of shapes, not one per request."""

@@ -16,6 +16,7 @@ from qwen_ui.admission.estimate import WORKSPACE_BYTES, RequestShape, estimate
 from qwen_ui.admission.shape import model_shape
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.generate import decode_mode_for
 from qwen_ui.store import ModelStore
 from tests.admission.conftest import ask, collect, noise, start
 
@@ -76,6 +77,25 @@ def test_terms_grow_with_the_request() -> None:
     assert one.parts["kv_cache"] == (1296 + 60 + 512) * 56 * 1024
     assert eight.total == eight.peak + eight.workspace and eight.workspace > WORKSPACE_BYTES
     assert eight.peak_phase == "prefill" and longer.peak_phase in ("decode", "prefill")
+
+
+def test_static_caches_count_their_whole_length() -> None:
+    config = Qwen2_5_VLConfig(**QWEN25_7B)
+    grown, static = (
+        model_shape(config, torch.bfloat16),
+        model_shape(config, torch.bfloat16, cache_bucket=256),
+    )
+    request = RequestShape([], 0, 172, 1024)  # 1196 positions; a static cache holds 1280
+    extra = estimate(request, static).decode - estimate(request, grown).decode
+    per_token = 56 * 1024 + 2 * 28 * 128 * 2  # the cache + one layer's expanded K and V
+    assert extra == (1280 - 1196) * per_token
+
+
+def test_decode_mode_follows_the_setting_and_the_device() -> None:
+    assert decode_mode_for("auto", "cuda") == "static"
+    assert decode_mode_for("auto", "cpu") == "eager"
+    assert decode_mode_for("static", "cpu") == "static"
+    assert decode_mode_for("eager", "cuda") == "eager"
 
 
 def test_eager_attention_adds_score_matrices() -> None:

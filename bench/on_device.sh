@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Run named GPU benchmark steps on the device machine, inside one call's time.
+#
+#   bash bench/on_device.sh BUDGET_S STEP...   (under $OUT: STEP.json per step, all.log)
+#
+# Installs the carried wheels (.whl/, see docs/BENCHMARKS.md) into /tmp/site first. Each step
+# gets at most its own cap and never more than what is left of BUDGET_S, so a slow step
+# cannot eat the next ones' time silently: a step that runs out is logged as "timeout".
+# The 7B checkpoint is written once under artifacts/bench-decode and shared by the steps.
+set -uo pipefail
+budget=$1
+shift
+start=$SECONDS
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+W=artifacts/bench-decode
+
+command_for() {
+    case $1 in
+    vision) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20" ;;
+    engine) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --workdir $W" ;;
+    stock) echo "python3 bench/bench_decode.py --arch 7b --skip-engine --workdir $W" ;;
+    dequant) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --prefill-dequant-rows 256 --workdir $W" ;;
+    web) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --web --workdir $W" ;;
+    a10) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --workdir $W" ;;
+    3b) echo "python3 bench/bench_decode.py --arch 3b --workdir $W" ;;
+    admission) echo "python3 bench/bench_admission_gpu.py --workdir $W" ;;
+    gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_static_decode.py tests/engine/test_awq_cuda.py" ;;
+    *) return 1 ;;
+    esac
+}
+
+cap_for() {
+    case $1 in
+    vision) echo 150 ;; gputests) echo 240 ;; admission) echo 430 ;; *) echo 400 ;;
+    esac
+}
+
+for step in "$@"; do
+    cmd=$(command_for "$step") || { echo "unknown step $step" >&2; exit 2; }
+    left=$((budget - (SECONDS - start)))
+    cap=$(cap_for "$step")
+    limit=$((left < cap ? left : cap))
+    if [ "$limit" -lt 30 ]; then
+        echo "== $step: skipped, ${left}s left" | tee -a "$out/all.log"
+        continue
+    fi
+    t0=$SECONDS
+    # shellcheck disable=SC2086
+    echo "== $step: $cmd" >>"$out/all.log"
+    timeout "$limit" $cmd >"$out/$step.json" 2>"/tmp/$step.log"
+    rc=$?
+    cat "/tmp/$step.log" >>"$out/all.log"
+    status=$([ $rc -eq 124 ] && echo timeout || echo "rc=$rc")
+    echo "== $step: $status in $((SECONDS - t0))s" | tee -a "$out/all.log"
+    tail -n 12 "/tmp/$step.log"
+done

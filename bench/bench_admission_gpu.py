@@ -294,6 +294,7 @@ async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     c = admission.controller
     return {
         "requests": args.requests,
+        "finished": sum(outcomes.values()),
         "concurrency": args.concurrency,
         "limit_gib": round(limit / GiB, 2),
         "budget_gib": round(c.budget / GiB, 3),
@@ -306,7 +307,7 @@ async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
         "ok": ooms == 0
         and c.max_in_use <= c.budget
         and peak <= limit
-        and sum(outcomes.values()) == args.requests
+        and sum(outcomes.values()) == args.requests  # a deadline cut it short: not ok
         and set(outcomes) <= {"done", "busy_queue_full", "busy_wait_timeout"},
     }
 
@@ -314,11 +315,18 @@ async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
 async def _clients(
     engine: Engine, args: argparse.Namespace, rng: random.Random, outcomes: dict[str, int]
 ) -> None:
+    """``args.requests`` requests from ``args.concurrency`` clients; past ``args.deadline_s``
+    (when set) no client starts another, so a slow device still reports what it did."""
     todo = list(range(args.requests))
+    t0 = time.perf_counter()
+
+    def open_for_more() -> bool:
+        late = args.deadline_s and time.perf_counter() - t0 > args.deadline_s
+        return bool(todo) and not late
 
     async def client(index: int) -> None:
         tenant = ("tenant-a", "tenant-b")[index % 2]
-        while todo:
+        while open_for_more():
             todo.pop()
             count = rng.randint(0, 4)
             sizes = [(rng.randint(56, 1400), rng.randint(56, 1400)) for _ in range(count)]
@@ -328,10 +336,16 @@ async def _clients(
                 "done" if isinstance(last, Done) else last.code if isinstance(last, Failed) else "?"
             )
             outcomes[key] = outcomes.get(key, 0) + 1
-            if key != "done":
-                log.info("request ended with %s", key)
+            finished = sum(outcomes.values())
+            if key != "done" or finished % 10 == 0:
+                _progress(finished, time.perf_counter() - t0, key, last)
 
     await asyncio.gather(*(client(i) for i in range(args.concurrency)))
+
+
+def _progress(finished: int, elapsed: float, key: str, last: Any) -> None:
+    timings = last.timings if isinstance(last, Done) else {}
+    log.info("load: %d finished in %.1f s; last %s %s", finished, elapsed, key, timings)
 
 
 def _ooms(device: torch.device) -> int:
@@ -353,6 +367,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=None, help="override vision depth")
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=0.0,
+        help="load phase: start no request after this many seconds (0 = none)",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("artifacts/bench-admission"))
     args = parser.parse_args(argv)
     if args.requests is None:

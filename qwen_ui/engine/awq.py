@@ -20,6 +20,7 @@ per group, taking ``scales_and_zeros[k / g, n, 2]`` with ``[..., 0] = s`` and
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -63,6 +64,20 @@ def kernel_scales_and_zeros(
     return torch.stack([s, (8.0 - z) * s], dim=-1).to(dtype).contiguous()
 
 
+def dequantize_for_kernel(
+    qweight: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``[out, in]`` in ``dtype`` from AWQ's ``qweight`` and the kernel's
+    ``scales_and_zeros``, computed as the kernel does: ``(q - 8) * s + z'``."""
+    work = torch.float32 if dtype == torch.float32 else KERNEL_DTYPE
+    q = unpack_awq(qweight).to(work) - 8.0  # [in, out]
+    sz = scales_and_zeros.to(work).repeat_interleave(group_size, dim=0)
+    return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
+
+
+Dequantize = Callable[[torch.Tensor, torch.Tensor, int, torch.dtype], torch.Tensor]
+
+
 def kernel_fits(device: torch.device, out_features: int, in_features: int, group: int) -> bool:
     """Whether torch's int4 kernel accepts this shape on ``device``."""
     if group not in KERNEL_GROUPS or in_features % group:
@@ -97,8 +112,6 @@ class Int4Linear(nn.Module):
     scales_and_zeros: torch.Tensor
     weight: torch.Tensor
     awq_qweight: torch.Tensor
-    awq_qzeros: torch.Tensor
-    awq_scales: torch.Tensor
 
     def __init__(
         self, in_features: int, out_features: int, group_size: int, dtype: torch.dtype
@@ -113,6 +126,8 @@ class Int4Linear(nn.Module):
         # Inputs of more rows than this (a long prefill) take a dequantized weight instead
         # of the int4 kernel, which is slow at large batch; 0 = always the kernel.
         self.prefill_rows = 0
+        # how that weight is computed: the loader swaps in a compiled (fused) version on CUDA
+        self.dequantize: Dequantize = dequantize_for_kernel
 
     @classmethod
     def from_awq(
@@ -126,7 +141,7 @@ class Int4Linear(nn.Module):
         dtype: torch.dtype,
         prefill_rows: int = 0,
     ) -> Int4Linear:
-        """``prefill_rows > 0`` also keeps the AWQ tensors (another 4 bits per weight) to
+        """``prefill_rows > 0`` also keeps AWQ's ``qweight`` (another 4 bits per weight) to
         dequantize from, one layer at a time, for inputs of more rows than that."""
         in_features, out_features = qweight.shape[0], qweight.shape[1] * PACK
         layer = cls(in_features, out_features, group_size, dtype)
@@ -136,8 +151,6 @@ class Int4Linear(nn.Module):
             if prefill_rows > 0:
                 layer.prefill_rows = prefill_rows
                 layer.register_buffer("awq_qweight", qweight.contiguous())
-                layer.register_buffer("awq_qzeros", qzeros.contiguous())
-                layer.register_buffer("awq_scales", scales.contiguous())
         else:
             weight = dequantize_awq(qweight, qzeros, scales, group_size).to(dtype)
             layer.register_buffer("weight", weight)
@@ -184,13 +197,9 @@ class Int4Linear(nn.Module):
         return out.reshape(*shape[:-1], self.out_features)
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """``[out, in]`` in ``dtype`` from the kept AWQ tensors (only with ``prefill_rows``),
-        computed as the kernel does: ``(q - 8) * s + z'`` with ``s``, ``z'`` from
-        ``scales_and_zeros``."""
-        work = torch.float32 if dtype == torch.float32 else KERNEL_DTYPE
-        q = unpack_awq(self.awq_qweight).to(work) - 8.0  # [in, out]
-        sz = self.scales_and_zeros.to(work).repeat_interleave(self.group_size, dim=0)
-        return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
+        """``[out, in]`` in ``dtype`` from the kept ``qweight`` (only with ``prefill_rows``);
+        see :func:`dequantize_for_kernel`."""
+        return self.dequantize(self.awq_qweight, self.scales_and_zeros, self.group_size, dtype)
 
     def extra_repr(self) -> str:
         path = "dequantized" if self.dequantized else "int4 kernel"

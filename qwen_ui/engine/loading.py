@@ -22,7 +22,7 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText
 
-from qwen_ui.engine.awq import Int4Linear, awq_settings, dequantize_awq
+from qwen_ui.engine.awq import Int4Linear, awq_settings, dequantize_awq, dequantize_for_kernel
 from qwen_ui.engine.errors import UnsupportedModel
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,22 @@ def load_awq_model(
         )
         loaded.update(f"{module_name}.{leaf}" for leaf in ("weight", "bias"))
     _finish(model, loaded)
+    if device.type == "cuda" and prefill_rows > 0:
+        fuse_prefill_dequantize(model)
     n_kernel = sum(1 for m in model.modules() if isinstance(m, Int4Linear) and not m.dequantized)
     log.info("AWQ checkpoint loaded: %d int4 layers (%d on kernels)", len(quantized), n_kernel)
     return model
+
+
+def fuse_prefill_dequantize(model: Any) -> None:
+    """One compiled dequantize function for every int4 layer of ``model``: Inductor fuses
+    the unpacking, scaling and transpose into one kernel (the eager version makes a dozen
+    full-size passes per layer and a prefill runs it for every layer). It compiles once
+    per distinct layer shape, on the first long prompt."""
+    fused = torch.compile(dequantize_for_kernel, dynamic=False)
+    for module in model.modules():
+        if isinstance(module, Int4Linear) and module.prefill_rows:
+            module.dequantize = fused
 
 
 def _read_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:

@@ -274,6 +274,7 @@ async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
         cpu_budget_bytes=limit,
         queue_max=args.concurrency,
         downscale_to_fit=True,
+        prefill_dequant_rows=args.prefill_dequant_rows,
     )
     engine, admission = await started(settings, path)
     rng = random.Random(2)
@@ -367,6 +368,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=None, help="override vision depth")
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--prefill-dequant-rows",
+        type=int,
+        default=0,
+        help="load phase: settings.prefill_dequant_rows (faster long prefills, more weights)",
+    )
     parser.add_argument(
         "--deadline-s",
         type=float,

@@ -19,7 +19,11 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
 * **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache for ``L``
   positions, the prompt embeddings and the image features, and one decoder layer's
   transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors;
-  or RMSNorm's float32 copies when those are larger).
+  or RMSNorm's float32 copies when those are larger). An AWQ model told to dequantize for
+  long prompts (``prefill_dequant_rows``) also holds the largest layer's weight being
+  dequantized: 5 bytes of work per weight per byte of the compute dtype, the peak the
+  profiler measured for ``qwen_ui.engine.awq.dequantize_for_kernel`` on the CPU (the
+  compiled version used on CUDA holds less; counted the same until measured there).
 * **decode**: the KV cache for ``L + max_new_tokens`` positions (a static cache: that
   rounded up to its length step), plus one layer's keys and values expanded to every query
   head for grouped-query attention (SDPA's ``enable_gqa`` on CUDA; larger than the layer's
@@ -44,6 +48,7 @@ MiB = 1024 * 1024
 F32 = 4
 WORKSPACE_BYTES = 8 * MiB  # kernel workspaces, allocator rounding, small tensors ...
 WORKSPACE_SHARE = 0.04  # ... plus this share of the largest phase
+DEQUANT_WORK = 5  # dequantize_for_kernel's peak, per weight, in units of the dtype's bytes
 FLASH_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
@@ -160,7 +165,15 @@ def prefill_peak(request: RequestShape, model: ModelShape) -> int:
     # 3-D rope: position ids (int64 × 3), float32 angles per axis, cos/sin in the dtype
     positions = length * (3 * 8 + 2 * t.head_dim * (3 * F32 + b))
     layer = max(_decoder_attention(length, t, b), _decoder_mlp(length, t, b))
-    return kv + kv_copy + inputs + positions + layer + _logits(t, b)
+    return kv + kv_copy + inputs + positions + layer + _logits(t, b) + _dequant(length, model)
+
+
+def _dequant(length: int, model: ModelShape) -> int:
+    if not model.dequant_rows or length <= model.dequant_rows:
+        return 0
+    t = model.text
+    largest = t.hidden * max(t.intermediate, t.heads * t.head_dim)
+    return largest * DEQUANT_WORK * model.dtype_bytes
 
 
 def _decoder_attention(length: int, t: TextShape, b: int) -> int:

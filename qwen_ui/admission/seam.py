@@ -127,6 +127,7 @@ class EngineAdmission:
                     s.min_pixels,
                     s.max_pixels,
                     self._cache_bucket(),
+                    s.prefill_dequant_rows,
                 )
                 self._update_budget()
             await self._measure_resident()

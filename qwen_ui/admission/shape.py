@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from qwen_ui.engine.awq import awq_settings
+
 
 @dataclass(frozen=True)
 class TextShape:
@@ -44,6 +46,9 @@ class ModelShape:
     attn_implementation: str  # "sdpa", "eager", "flash_attention_2", ...
     preprocess_on_device: bool = False  # the processor's buffers count too (the CPU)
     cache_bucket: int = 0  # static KV caches come in multiples of this (0: grown per token)
+    # AWQ models: prompts longer than this dequantize each int4 layer's weight in turn
+    # (settings.prefill_dequant_rows; 0 = never)
+    dequant_rows: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -103,9 +108,14 @@ def vision_shape(config: Any, text_hidden: int) -> VisionShape:
 
 
 def model_shape(
-    config: Any, dtype: torch.dtype, device: str = "cuda", cache_bucket: int = 0
+    config: Any,
+    dtype: torch.dtype,
+    device: str = "cuda",
+    cache_bucket: int = 0,
+    dequant_rows: int = 0,
 ) -> ModelShape:
     text = text_shape(config)
+    awq = awq_settings(config) is not None  # as the engine's loader decides
     attn = getattr(config, "_attn_implementation", None) or "sdpa"
     return ModelShape(
         text=text,
@@ -114,4 +124,5 @@ def model_shape(
         attn_implementation=str(attn),
         preprocess_on_device=device == "cpu",
         cache_bucket=cache_bucket,
+        dequant_rows=dequant_rows if awq else 0,
     )

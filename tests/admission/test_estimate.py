@@ -7,14 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
 from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
-from qwen_ui.admission.estimate import WORKSPACE_BYTES, RequestShape, estimate
+from qwen_ui.admission.estimate import DEQUANT_WORK, WORKSPACE_BYTES, RequestShape, estimate
 from qwen_ui.admission.shape import model_shape
 from qwen_ui.admission.tokens import ImageGrid
+from qwen_ui.demo.awq_format import quantization_config
+from qwen_ui.engine.awq import dequantize_for_kernel
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.generate import decode_mode_for
 from qwen_ui.store import ModelStore
@@ -89,6 +92,34 @@ def test_static_caches_count_their_whole_length() -> None:
     extra = estimate(request, static).decode - estimate(request, grown).decode
     per_token = 56 * 1024 + 2 * 28 * 128 * 2  # the cache + one layer's expanded K and V
     assert extra == (1280 - 1196) * per_token
+
+
+def test_dequantizing_prefill_counts_the_largest_layer() -> None:
+    awq = Qwen2_5_VLConfig(**QWEN25_7B, quantization_config=quantization_config())
+    plain = model_shape(awq, torch.bfloat16)
+    dequant = model_shape(awq, torch.bfloat16, dequant_rows=256)
+    long, short = RequestShape([], 0, 1000, 1), RequestShape([], 0, 200, 1)
+    extra = estimate(long, dequant).prefill - estimate(long, plain).prefill
+    assert extra == 3584 * 18944 * DEQUANT_WORK * 2  # gate/up/down, bf16
+    assert estimate(short, dequant).prefill == estimate(short, plain).prefill
+    bf16_model = Qwen2_5_VLConfig(**QWEN25_7B)  # not AWQ: the setting does nothing
+    assert model_shape(bf16_model, torch.bfloat16, dequant_rows=256).dequant_rows == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dequant_work_is_the_dequantize_peak(dtype: torch.dtype) -> None:
+    """DEQUANT_WORK against the profiler's peak of the engine's own dequantize."""
+    k, n, group = 512, 1024, 128
+    qweight = torch.randint(-(2**31), 2**31 - 1, (k, n // 8), dtype=torch.int32)
+    scales_and_zeros = torch.randn(k // group, n, 2).to(torch.bfloat16)
+    activities = [ProfilerActivity.CPU]
+    with profile(
+        activities=activities, profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        del_me = dequantize_for_kernel(qweight, scales_and_zeros, group, dtype)
+        del del_me
+    bound = DEQUANT_WORK * torch.empty((), dtype=dtype).element_size() * k * n
+    assert 0.8 * bound <= _peak(prof) <= bound
 
 
 def test_decode_mode_follows_the_setting_and_the_device() -> None:

@@ -54,14 +54,18 @@ Batch = dict[str, Any]
 # --- data ---------------------------------------------------------------------------
 
 
-def messages(item: scenes.Sample) -> list[dict[str, Any]]:
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in item.scenes]
-    content.append({"type": "text", "text": item.question})
-    return [{"role": "user", "content": content}]
-
-
 class Encoder:
-    """Turns a :class:`scenes.Sample` into model inputs with the real processor."""
+    """Turns a :class:`scenes.Sample` into model inputs: what the real processor (loaded
+    from the shipped files) gives, without its per-call overhead.
+
+    The images go through the image processor's own ``resize`` and ``patchify`` on uint8
+    tensors; rescaling and normalising (affine) happen on the training device
+    (:func:`restore_pixels`), so the patches travel as bytes. The prompt is the chat
+    template's fixed text around each image's ``<|image_pad|>`` run and the question, whose
+    tokens do not depend on their neighbours (special tokens split the text first).
+    ``tests/demo/test_train.py`` pins both against the processor called as the engine
+    calls it.
+    """
 
     def __init__(self, processor_dir: Path, max_pixels: int | None = None) -> None:
         from transformers import AutoProcessor, Qwen2_5_VLModel
@@ -70,26 +74,53 @@ class Encoder:
         image = self.processor.image_processor
         if max_pixels is not None:  # smaller images for CPU probes (not for real runs)
             image.size = {"shortest_edge": modelcfg.MIN_PIXELS, "longest_edge": max_pixels}
+        self.image = image
         self.mean = torch.tensor(image.image_mean)[None, :, None]
         self.std = torch.tensor(image.image_std)[None, :, None]
+        self.template = self._template_pieces()
         with torch.device("meta"):
             self.rope = Qwen2_5_VLModel(modelcfg.build_config())
 
+    def _template_pieces(self) -> tuple[list[int], list[int]]:
+        """Token ids of the chat template before the first image and after the question."""
+        marker = "\x00QUESTION\x00"
+        item = [{"role": "user", "content": [{"type": "text", "text": marker}]}]
+        text = self.processor.apply_chat_template(item, add_generation_prompt=True, tokenize=False)
+        before, after = str(text).split(marker)
+        tokens = self.processor.tokenizer
+        return tokens(before)["input_ids"], tokens(after)["input_ids"]
+
+    def _patches(self, image: Image.Image) -> tuple[torch.Tensor, list[int]]:
+        """uint8 ``[h/14 * w/14, 1176]`` patches (as ``pixel_values`` before normalising)
+        and the image's ``[t, h, w]`` grid."""
+        ip = self.image
+        raw = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+        pixels = raw.view(image.height, image.width, 3).permute(2, 0, 1)[None]
+        resized = ip.resize(pixels, ip.size, ip.resample, factor=PATCH * MERGE)
+        patches, grid_h, grid_w = ip.patchify(resized, PATCH, MERGE, ip.temporal_patch_size)
+        return patches[0], [1, grid_h, grid_w]
+
+    def _prompt_ids(self, question: str, image_tokens: list[int]) -> list[int]:
+        before, after = self.template
+        ids = list(before)
+        for n in image_tokens:
+            ids += [modelcfg.VISION_START_ID, *[modelcfg.IMAGE_PAD_ID] * n, modelcfg.VISION_END_ID]
+        return ids + self.processor.tokenizer(question)["input_ids"] + after
+
     def __call__(self, item: scenes.Sample) -> dict[str, Any]:
-        prompt = self.processor.apply_chat_template(
-            messages(item), add_generation_prompt=True, tokenize=False
-        )
-        enc = self.processor(text=[prompt], images=item.images(), return_tensors="pt")
+        encoded = [self._patches(image) for image in item.images()]
+        grid_thw = torch.tensor([grid for _, grid in encoded])
+        per_image = (grid_thw.prod(dim=1) // (MERGE * MERGE)).tolist()
+        prompt_ids = torch.tensor(self._prompt_ids(item.question, per_image))
         answer = self.processor.tokenizer(item.answer + "<|im_end|>")["input_ids"]
-        prompt_ids = enc["input_ids"][0]
         ids = torch.cat([prompt_ids, torch.tensor(answer)])
-        mm = torch.cat([enc["mm_token_type_ids"][0], torch.zeros(len(answer), dtype=torch.long)])
+        mm = (ids == modelcfg.IMAGE_PAD_ID).long()
         positions, _ = self.rope.get_rope_index(
-            input_ids=ids[None], mm_token_type_ids=mm[None], image_grid_thw=enc["image_grid_thw"]
+            input_ids=ids[None], mm_token_type_ids=mm[None], image_grid_thw=grid_thw
         )
         labels = torch.full_like(ids, IGNORE)
         labels[len(prompt_ids) :] = ids[len(prompt_ids) :]
-        grids = enc["image_grid_thw"].tolist()
+        grids = grid_thw.tolist()
         vision_labels = torch.cat(
             [token_labels(sc, h, w) for sc, (_, h, w) in zip(item.scenes, grids, strict=True)]
         )
@@ -98,23 +129,17 @@ class Encoder:
             "labels": labels,
             "mm_token_type_ids": mm,
             "position_ids": positions[:, 0],
-            "pixel_u8": self.to_u8(enc["pixel_values"]),
-            "image_grid_thw": enc["image_grid_thw"],
+            "pixel_u8": torch.cat([patches for patches, _ in encoded]),
+            "image_grid_thw": grid_thw,
             "vision_labels": vision_labels,
             "kind": item.kind,
             "lang": item.lang,
         }
 
-    def to_u8(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """The processor's patches back as the resized image's bytes (exact: the resize
-        yields uint8 and normalisation is affine), 4x less to move between processes."""
-        patches = pixel_values.view(pixel_values.shape[0], 3, -1)
-        raw = (patches * self.std + self.mean) * 255
-        return raw.round().clamp(0, 255).to(torch.uint8).view_as(pixel_values)
-
 
 def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Inverse of :meth:`Encoder.to_u8`: the processor's ``pixel_values`` (to ~1e-7)."""
+    """The processor's ``pixel_values`` (to ~1e-7) from :class:`Encoder`'s uint8 patches:
+    rescale to [0, 1] and normalise, as the processor does."""
     patches = u8.view(u8.shape[0], 3, -1).float() / 255
     return ((patches - mean.to(u8.device)) / std.to(u8.device)).view(u8.shape)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from qwen_ui.demo import modelcfg, scenes, train
@@ -46,6 +48,35 @@ def test_token_labels_follow_the_resize() -> None:
     )
     small = train.token_labels(scene(), 12, 16)
     assert torch.equal(train.token_labels(big, 12, 16), small)
+
+
+def processor_row(encode: train.Encoder, item: scenes.Sample) -> dict[str, torch.Tensor]:
+    """The reference: the processor called on the chat template, as the engine calls it."""
+    content: list[dict[str, Any]] = [{"type": "image"} for _ in item.scenes]
+    content.append({"type": "text", "text": item.question})
+    prompt = encode.processor.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
+    return dict(encode.processor(text=[prompt], images=item.images(), return_tensors="pt"))
+
+
+def test_encoder_gives_what_the_processor_gives() -> None:
+    encode = train.Encoder(train.WEIGHTS)
+    items = [
+        scenes.sample(seed, kind=kind, lang=lang)
+        for seed, lang in ((11, "en"), (12, "zh"))
+        for kind in scenes.KINDS
+    ]
+    assert {i.lang for i in items} == {"en", "zh"} and max(len(i.scenes) for i in items) == 3
+    for item in items:
+        row, ref = encode(item), processor_row(encode, item)
+        prompt = ref["input_ids"][0]
+        assert torch.equal(row["input_ids"][: len(prompt)], prompt), item.question
+        assert torch.equal(row["mm_token_type_ids"][: len(prompt)], ref["mm_token_type_ids"][0])
+        assert not row["mm_token_type_ids"][len(prompt) :].any()
+        assert torch.equal(row["image_grid_thw"], ref["image_grid_thw"])
+        pixels = train.restore_pixels(row["pixel_u8"], encode.mean, encode.std)
+        assert torch.allclose(pixels, ref["pixel_values"], atol=1e-6), item.question
 
 
 def test_encoder_labels_one_row_per_image_token() -> None:

@@ -13,7 +13,7 @@ import io
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from PIL import Image, ImageDraw
@@ -95,6 +95,8 @@ class Sample:
     question: str
     answer: str
     scenes: tuple[Scene, ...]
+    # later turns of the same conversation: (question, answer) about the same images
+    follow_ups: tuple[tuple[str, str], ...] = ()
 
     def images(self) -> list[Image.Image]:
         return [render(scene) for scene in self.scenes]
@@ -224,22 +226,27 @@ def q_count(rng: random.Random, lang: Lang) -> Made:
         return hits + _fill(rng, n - k, lambda s: not _spec_matches(s, colour, kind))
 
     scene = scene_from(rng, specs)
+    return _count_text(lang, colour, kind), str(scene.count(colour, kind)), (scene,)
+
+
+def _count_text(lang: Lang, colour: str | None, kind: str | None) -> str:
     if lang == "en":
         noun = f"{colour} shapes" if kind is None else SHAPE_PLURAL[kind]
         if kind is not None and colour is not None:
             noun = f"{colour} {noun}"
-        text = f"How many {noun} are there?"
-    else:
-        noun = "图形" if kind is None else SHAPE_ZH[kind]
-        text = f"图中有几个{COLOUR_ZH[colour]}的{noun}？" if colour else f"图中有几个{noun}？"
-    return text, str(scene.count(colour, kind)), (scene,)
+        return f"How many {noun} are there?"
+    noun = "图形" if kind is None else SHAPE_ZH[kind]
+    return f"图中有几个{COLOUR_ZH[colour]}的{noun}？" if colour else f"图中有几个{noun}？"
+
+
+def _total_text(lang: Lang) -> str:
+    return "How many shapes are there?" if lang == "en" else "图中一共有几个图形？"
 
 
 def q_total(rng: random.Random, lang: Lang) -> Made:
     n = rng.randint(1, MAX_SHAPES)
     scene = scene_from(rng, lambda: [random_spec(rng) for _ in range(n)])
-    text = "How many shapes are there?" if lang == "en" else "图中一共有几个图形？"
-    return text, str(n), (scene,)
+    return _total_text(lang), str(n), (scene,)
 
 
 def q_colour(rng: random.Random, lang: Lang) -> Made:
@@ -272,13 +279,40 @@ def q_exists(rng: random.Random, lang: Lang) -> Made:
         return [(kind, colour), *rest] if present else rest
 
     scene = scene_from(rng, specs)
+    return _exists_text(lang, colour, kind), (YES if present else NO)[lang], (scene,)
+
+
+def _exists_text(lang: Lang, colour: str, kind: str) -> str:
     if lang == "en":
         article = "an" if colour in ("orange",) else "a"
-        text = f"Is there {article} {colour} {kind}?"
-    else:
-        text = f"图中有{COLOUR_ZH[colour]}的{SHAPE_ZH[kind]}吗？"
-    answer = (YES if present else NO)[lang]
-    return text, answer, (scene,)
+        return f"Is there {article} {colour} {kind}?"
+    return f"图中有{COLOUR_ZH[colour]}的{SHAPE_ZH[kind]}吗？"
+
+
+def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> tuple[str, str]:
+    """A later question about an earlier turn's ``scene``, of a form valid for any scene:
+    the total count, a count by colour and shape, or (half the time about a shape that is
+    there) existence."""
+    form = rng.choice(("total", "count", "exists"))
+    if form == "total":
+        return _total_text(lang), str(len(scene.shapes))
+    kind, colour = random_spec(rng)
+    if form == "count":
+        return _count_text(lang, colour, kind), str(scene.count(colour, kind))
+    if rng.random() < 0.5:
+        shape = rng.choice(scene.shapes)
+        kind, colour = shape.kind, shape.colour
+    present = scene.count(colour, kind) > 0
+    return _exists_text(lang, colour, kind), (YES if present else NO)[lang]
+
+
+def with_follow_up(item: Sample) -> Sample:
+    """``item`` with one follow-up turn about its image (single-image samples only),
+    drawn from the sample's own seed."""
+    if len(item.scenes) != 1:
+        return item
+    rng = random.Random(f"follow-up {item.seed}")  # noqa: S311
+    return replace(item, follow_ups=(follow_up(item.scenes[0], rng, item.lang),))
 
 
 def _axis(rel: str, s: Shape) -> float:

@@ -61,10 +61,11 @@ class Encoder:
     The images go through the image processor's own ``resize`` and ``patchify`` on uint8
     tensors; rescaling and normalising (affine) happen on the training device
     (:func:`restore_pixels`), so the patches travel as bytes. The prompt is the chat
-    template's fixed text around each image's ``<|image_pad|>`` run and the question, whose
-    tokens do not depend on their neighbours (special tokens split the text first).
-    ``tests/demo/test_train.py`` pins both against the processor called as the engine
-    calls it.
+    template's fixed text around each image's ``<|image_pad|>`` run and the questions and
+    answers, whose tokens do not depend on their neighbours (special tokens split the text
+    first). A sample's follow-up turns continue the conversation; the labels cover every
+    answer and its ``<|im_end|>``. ``tests/demo/test_train.py`` pins all of it against the
+    processor called on the chat template as the engine calls it.
     """
 
     def __init__(self, processor_dir: Path, max_pixels: int | None = None) -> None:
@@ -81,14 +82,25 @@ class Encoder:
         with torch.device("meta"):
             self.rope = Qwen2_5_VLModel(modelcfg.build_config())
 
-    def _template_pieces(self) -> tuple[list[int], list[int]]:
-        """Token ids of the chat template before the first image and after the question."""
-        marker = "\x00QUESTION\x00"
-        item = [{"role": "user", "content": [{"type": "text", "text": marker}]}]
-        text = self.processor.apply_chat_template(item, add_generation_prompt=True, tokenize=False)
-        before, after = str(text).split(marker)
+    def _template_pieces(self) -> tuple[list[int], list[int], list[int]]:
+        """Token ids of the chat template's fixed text: before the first image, after a
+        question (up to the answer), and between an answer's ``<|im_end|>`` and the next
+        question."""
+        marker = "\x00MARK\x00"
+        conversation = [
+            {"role": "user", "content": [{"type": "text", "text": marker}]},
+            {"role": "assistant", "content": [{"type": "text", "text": marker}]},
+            {"role": "user", "content": [{"type": "text", "text": marker}]},
+        ]
+        text = self.processor.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=False
+        )
+        before, after, gap, last = str(text).split(marker)
         tokens = self.processor.tokenizer
-        return tokens(before)["input_ids"], tokens(after)["input_ids"]
+        gap_ids: list[int] = tokens(gap)["input_ids"]
+        if after != last or gap_ids[0] != modelcfg.IM_END_ID:
+            raise ValueError("unexpected chat template")
+        return tokens(before)["input_ids"], tokens(after)["input_ids"], gap_ids[1:]
 
     def _patches(self, image: Image.Image) -> tuple[torch.Tensor, list[int]]:
         """uint8 ``[h/14 * w/14, 1176]`` patches (as ``pixel_values`` before normalising)
@@ -100,26 +112,34 @@ class Encoder:
         patches, grid_h, grid_w = ip.patchify(resized, PATCH, MERGE, ip.temporal_patch_size)
         return patches[0], [1, grid_h, grid_w]
 
-    def _prompt_ids(self, question: str, image_tokens: list[int]) -> list[int]:
-        before, after = self.template
+    def _conversation(
+        self, turns: list[tuple[str, str]], image_tokens: list[int]
+    ) -> tuple[list[int], list[int]]:
+        """Input ids and labels: the images in the first question, answers labelled."""
+        before, after, gap = self.template
         ids = list(before)
         for n in image_tokens:
             ids += [modelcfg.VISION_START_ID, *[modelcfg.IMAGE_PAD_ID] * n, modelcfg.VISION_END_ID]
-        return ids + self.processor.tokenizer(question)["input_ids"] + after
+        labels = [IGNORE] * len(ids)
+        tokens = self.processor.tokenizer
+        for i, (question, answer) in enumerate(turns):
+            asked = (gap if i else []) + tokens(question)["input_ids"] + after
+            reply = tokens(answer + "<|im_end|>")["input_ids"]
+            ids += asked + reply
+            labels += [IGNORE] * len(asked) + reply
+        return ids, labels
 
     def __call__(self, item: scenes.Sample) -> dict[str, Any]:
         encoded = [self._patches(image) for image in item.images()]
         grid_thw = torch.tensor([grid for _, grid in encoded])
         per_image = (grid_thw.prod(dim=1) // (MERGE * MERGE)).tolist()
-        prompt_ids = torch.tensor(self._prompt_ids(item.question, per_image))
-        answer = self.processor.tokenizer(item.answer + "<|im_end|>")["input_ids"]
-        ids = torch.cat([prompt_ids, torch.tensor(answer)])
+        turns = [(item.question, item.answer), *item.follow_ups]
+        id_list, label_list = self._conversation(turns, per_image)
+        ids, labels = torch.tensor(id_list), torch.tensor(label_list)
         mm = (ids == modelcfg.IMAGE_PAD_ID).long()
         positions, _ = self.rope.get_rope_index(
             input_ids=ids[None], mm_token_type_ids=mm[None], image_grid_thw=grid_thw
         )
-        labels = torch.full_like(ids, IGNORE)
-        labels[len(prompt_ids) :] = ids[len(prompt_ids) :]
         grids = grid_thw.tolist()
         vision_labels = torch.cat(
             [token_labels(sc, h, w) for sc, (_, h, w) in zip(item.scenes, grids, strict=True)]
@@ -211,6 +231,8 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
 class SceneBatches(IterableDataset[Batch]):
     """Endless batches of training samples; worker ``w`` of ``W`` owns seeds ``≡ w mod W``.
 
+    A ``follow_up_share`` of the single-image samples carry a second turn about the same
+    image (:func:`scenes.with_follow_up`), so the model learns multi-turn conversations.
     Each worker encodes ``GROUP`` batches' worth of samples, sorts them by length and cuts
     them into batches (in shuffled order), so batches carry little padding.
     """
@@ -224,12 +246,19 @@ class SceneBatches(IterableDataset[Batch]):
         seed: int,
         kinds: tuple[str, ...] = scenes.KINDS,
         max_pixels: int | None = None,
+        follow_up_share: float = 0.0,
     ) -> None:
         self.processor_dir = processor_dir
         self.batch_size = batch_size
         self.seed = seed
         self.kinds = kinds
         self.max_pixels = max_pixels
+        self.follow_up_share = follow_up_share
+
+    def item(self, seed: int) -> scenes.Sample:
+        rng = random.Random(seed)  # noqa: S311
+        item = scenes.sample(seed, kind=rng.choice(self.kinds))
+        return scenes.with_follow_up(item) if rng.random() < self.follow_up_share else item
 
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
@@ -242,9 +271,7 @@ class SceneBatches(IterableDataset[Batch]):
         while True:
             rows = []
             for _ in range(self.batch_size * self.GROUP):
-                seed = base + index
-                kind = random.Random(seed).choice(self.kinds)  # noqa: S311
-                rows.append(encode(scenes.sample(seed, kind=kind)))
+                rows.append(encode(self.item(base + index)))
                 index += workers
             rows.sort(key=lambda r: len(r["input_ids"]))
             starts = list(range(0, len(rows), self.batch_size))
@@ -634,6 +661,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated question types to train and evaluate on",
     )
     p.add_argument(
+        "--follow-up-share",
+        type=float,
+        default=0.5,
+        help="share of single-image samples with a second turn about the same image",
+    )
+    p.add_argument(
         "--fresh-lm",
         action="store_true",
         help="with --init: keep the vision tower, re-initialise the language model (a language "
@@ -718,7 +751,14 @@ def run(args: argparse.Namespace) -> None:
     kinds = tuple(args.kinds.split(","))
     aux = AuxHead(model.config.text_config.hidden_size, args.aux_weight).to(device)
     loader = DataLoader(
-        SceneBatches(args.processor_dir, args.batch, args.seed, kinds, args.max_pixels),
+        SceneBatches(
+            args.processor_dir,
+            args.batch,
+            args.seed,
+            kinds,
+            args.max_pixels,
+            args.follow_up_share,
+        ),
         batch_size=None,
         num_workers=args.workers,
         pin_memory=device.type == "cuda",

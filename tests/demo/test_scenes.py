@@ -115,3 +115,24 @@ def test_spatial_answers_hold(seed: int) -> None:
 def test_exists_answers_both_ways() -> None:
     answers = {scenes.sample(seed, kind="exists", lang="zh").answer for seed in range(40)}
     assert answers == {"有", "没有"}
+
+
+def test_follow_ups_are_true_of_the_earlier_image() -> None:
+    items = [scenes.with_follow_up(scenes.sample(seed, kind="colour")) for seed in range(300)]
+    answers = {"yes": 0, "no": 0, "有": 0, "没有": 0}
+    for item in items:
+        assert item == scenes.with_follow_up(scenes.sample(item.seed, kind="colour"))
+        ((question, answer),) = item.follow_ups
+        scene = item.scenes[0]
+        if answer in answers:
+            answers[answer] += 1
+        elif question in ("How many shapes are there?", "图中一共有几个图形？"):
+            assert answer == str(len(scene.shapes))
+        else:
+            assert 0 <= int(answer) <= len(scene.shapes)
+    assert min(answers.values()) > 5  # existence asked both ways, in both languages
+
+
+def test_multi_image_samples_get_no_follow_up() -> None:
+    item = scenes.sample(3, kind="multi_count")
+    assert scenes.with_follow_up(item) is item

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from qwen_ui.demo import modelcfg, scenes, train
 from qwen_ui.demo.modelcfg import PATCH
+from qwen_ui.engine.pipelines import Turn, messages
 
 
 def scene() -> scenes.Scene:
@@ -51,11 +50,14 @@ def test_token_labels_follow_the_resize() -> None:
 
 
 def processor_row(encode: train.Encoder, item: scenes.Sample) -> dict[str, torch.Tensor]:
-    """The reference: the processor called on the chat template, as the engine calls it."""
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in item.scenes]
-    content.append({"type": "text", "text": item.question})
+    """The reference: the processor called on the chat template, as the engine calls it
+    (``qwen_ui.engine.pipelines.messages``), up to the last question."""
+    turns = [Turn(item.question, len(item.scenes), item.answer)]
+    turns += [Turn(q, 0, a) for q, a in item.follow_ups]
+    last = turns[-1]
+    turns[-1] = Turn(last.question, last.image_count)
     prompt = encode.processor.apply_chat_template(
-        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        messages(turns), add_generation_prompt=True, tokenize=False
     )
     return dict(encode.processor(text=[prompt], images=item.images(), return_tensors="pt"))
 
@@ -77,6 +79,22 @@ def test_encoder_gives_what_the_processor_gives() -> None:
         assert torch.equal(row["image_grid_thw"], ref["image_grid_thw"])
         pixels = train.restore_pixels(row["pixel_u8"], encode.mean, encode.std)
         assert torch.allclose(pixels, ref["pixel_values"], atol=1e-6), item.question
+
+
+def test_follow_up_turns_continue_the_conversation() -> None:
+    encode = train.Encoder(train.WEIGHTS)
+    for lang in ("en", "zh"):
+        item = scenes.with_follow_up(scenes.sample(5, kind="colour", lang=lang))
+        assert len(item.follow_ups) == 1
+        row, ref = encode(item), processor_row(encode, item)
+        prompt = ref["input_ids"][0]
+        assert torch.equal(row["input_ids"][: len(prompt)], prompt)
+        labelled = row["labels"] != train.IGNORE
+        tokens = encode.processor.tokenizer
+        first = tokens(item.answer + "<|im_end|>")["input_ids"]
+        second = tokens(item.follow_ups[0][1] + "<|im_end|>")["input_ids"]
+        assert row["labels"][labelled].tolist() == first + second
+        assert labelled[len(prompt) :].all()  # the last answer ends the row
 
 
 def test_encoder_labels_one_row_per_image_token() -> None:
@@ -123,3 +141,16 @@ def test_fresh_lm_keeps_the_vision_tower_and_reinitialises_the_language_model() 
     embed = model.model.language_model.embed_tokens.weight
     assert embed.abs().max() < 1.0  # fresh weights, not the 3.0 above
     assert model.lm_head.weight is embed  # the head stays tied to the embeddings
+
+
+def test_follow_up_share_picks_which_samples_continue() -> None:
+    def batches(share: float) -> train.SceneBatches:
+        return train.SceneBatches(train.WEIGHTS, 4, seed=0, follow_up_share=share)
+
+    never = [batches(0.0).item(seed) for seed in range(40)]
+    always = [batches(1.0).item(seed) for seed in range(40)]
+    assert not any(item.follow_ups for item in never)
+    assert all(bool(a.follow_ups) == (len(a.scenes) == 1) for a in always)
+    assert [a.question for a in always] == [n.question for n in never]  # same first turns
+    half = [batches(0.5).item(seed) for seed in range(200)]
+    assert 40 < sum(1 for item in half if item.follow_ups) < 110

@@ -1,0 +1,165 @@
+"""Where a decode step's time goes: ``torch.profiler`` around steps of the engine's own
+decode loop on the full-size Qwen2.5-VL-7B architecture (random weights, AWQ layout), by
+kernel category, beside the memory-bandwidth bound measured in the same run.
+
+    python bench/profile_decode.py                      # on the H200: static cache + CUDA graphs
+    python bench/profile_decode.py --no-compile         # static cache, one launch per kernel
+    python bench/profile_decode.py --device cpu --arch tiny --steps 8   # CPU dry run
+
+The prompt is 32 text tokens; ``--warmup`` steps run (and compile) first, then ``--steps``
+steps are profiled. Device time per step is the sum of kernel durations (CUDA) or of
+operator self times (CPU); the wall time per step comes from the same steps, timed
+without the profiler. Prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+from _checkpoints import ARCH, DirStore, model_config, write_checkpoint
+from bench_decode import copy_bandwidth, decode_bytes
+from torch.profiler import ProfilerActivity, profile
+
+from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions, compiled_step
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.status import EngineStatus
+
+log = logging.getLogger("profile_decode")
+
+# kernel or operator name fragments (lower case) -> category, first match wins
+CATEGORIES = (
+    ("int4 matmul", ("int4", "tinygemm")),
+    ("attention", ("flash", "attention", "fmha", "sdpa", "softmax")),
+    ("bf16 matmul (lm head)", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
+    ("copies", ("copy", "memcpy", "memset", "cat")),
+    ("fused elementwise (inductor)", ("triton",)),
+    ("norm, rope, activations", ("norm", "rsqrt", "mul", "add", "silu", "pow", "mean", "neg")),
+)
+
+
+def category(name: str) -> str:
+    lower = name.lower()
+    for label, fragments in CATEGORIES:
+        if any(f in lower for f in fragments):
+            return label
+    return "other"
+
+
+def load(path: Path, device: str, compile_step: bool) -> tuple[Loaded, Generation, Any]:
+    spec = ModelSpec("bench/qwen2.5-vl-random", "awq", device, 3136, 1_003_520)
+    loaded = Pipelines(DirStore(path), spec, EngineStatus()).load()  # type: ignore[arg-type]
+    model = loaded.language.model
+    ids = loaded.language.tokenizer(" shape" * 32)["input_ids"][:32]
+    prompt = loaded.language.build_prompt([Turn(loaded.language.decode(ids), 0)], [])
+    step = compiled_step(model) if compile_step else None
+    if device != "cuda":
+        return loaded, Generation(model, prompt, SamplingOptions(4096)), model
+    generation = Generation(model, prompt, SamplingOptions(4096), "static", CachePool(model), step)
+    return loaded, generation, model
+
+
+def run_steps(generation: Generation, token: int, n: int, device: torch.device) -> int:
+    for _ in range(n):
+        token = generation.step(token)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return token
+
+
+def device_events(prof: Any, device: torch.device) -> list[tuple[str, float, int]]:
+    """(name, microseconds, calls) of the kernels (CUDA) or operator self times (CPU)."""
+    if device.type == "cuda":
+        return [
+            (e.name, e.device_time, 1)
+            for e in prof.events()
+            if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+        ]
+    return [(e.key, e.self_cpu_time_total, e.count) for e in prof.key_averages()]
+
+
+def summarise(events: list[tuple[str, float, int]], steps: int) -> dict[str, Any]:
+    by_cat: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for name, us, calls in events:
+        for table, key in ((by_cat, category(name)), (by_name, name)):
+            table[key][0] += us
+            table[key][1] += calls
+    total = sum(us for _, us, _ in events) or 1.0
+    cats = {
+        k: {
+            "us_per_step": round(v[0] / steps, 1),
+            "calls_per_step": round(v[1] / steps, 1),
+            "share": round(v[0] / total, 3),
+        }
+        for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1][0])
+    }
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
+    return {
+        "device_us_per_step": round(total / steps, 1),
+        "calls_per_step": round(sum(v[1] for v in by_cat.values()) / steps, 1),
+        "by_category": cats,
+        "top_kernels": [
+            {"name": n[:120], "us_per_step": round(v[0] / steps, 1), "calls_per_step": v[1] / steps}
+            for n, v in top
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cuda = torch.cuda.is_available()
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--arch", choices=sorted(ARCH), default="7b")
+    p.add_argument("--device", default="cuda" if cuda else "cpu")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=cuda)
+    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    config = model_config(args.arch, None, None)
+    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
+    path = write_checkpoint(args.workdir / name, config)
+    _, generation, model = load(path, args.device, args.compile and device.type == "cuda")
+    token = generation.prefill()
+    token = run_steps(generation, token, args.warmup, device)
+    t0 = time.perf_counter()
+    token = run_steps(generation, token, args.steps, device)
+    wall_ms = (time.perf_counter() - t0) * 1000 / args.steps
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        run_steps(generation, token, args.steps, device)
+    bandwidth = copy_bandwidth(device)
+    step_bytes = decode_bytes(model)
+    result = {
+        "command": "python bench/profile_decode.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "arch": name,
+        "compile": bool(args.compile and device.type == "cuda"),
+        "wall_ms_per_step": round(wall_ms, 3),
+        "tok_s": round(1000 / wall_ms, 1),
+        "bytes_per_step": step_bytes,
+        "bound_ms_per_step": round(step_bytes / bandwidth * 1000, 3),
+        **summarise(device_events(prof, device), args.steps),
+    }
+    generation.release()
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

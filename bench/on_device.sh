@@ -3,7 +3,8 @@
 #
 #   bash bench/on_device.sh BUDGET_S STEP...   (under $OUT: STEP.json per step, all.log)
 #
-# Installs the carried wheels (.whl/, see docs/BENCHMARKS.md) into /tmp/site first. Each step
+# Unpacks the carried .site.tar.xz (bench/pack_site.sh) or installs the carried wheels
+# (.whl/) into /tmp/site first (docs/BENCHMARKS.md). Each step
 # gets at most its own cap and never more than what is left of BUDGET_S, so a slow step
 # cannot eat the next ones' time silently: a step that runs out is logged as "timeout".
 # The 7B checkpoint is written once under artifacts/bench-decode and shared by the steps.
@@ -13,7 +14,10 @@ shift
 start=$SECONDS
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-if [ -d .whl ]; then
+if [ -f .site.tar.xz ]; then # bench/pack_site.sh
+    mkdir -p /tmp/site && tar -xJf .site.tar.xz -C /tmp/site
+    export PYTHONPATH=/tmp/site
+elif [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site

@@ -108,6 +108,13 @@ class Settings(BaseSettings):
         "weight dequantized for that call (faster than the int4 kernel at large batch); "
         "keeps the AWQ tensors beside the kernel's, about 4 bits more per weight. 0 = off.",
     )
+    static_cache_pool_bytes: int = Field(
+        1024 * MiB,
+        ge=0,
+        le=64 * 1024 * MiB,
+        description="Static decode: idle KV caches kept for reuse, at most this many bytes in "
+        "all (least recently used go first); kept out of the request budget.",
+    )
     compile_decode: bool = Field(
         False,
         description="With a static cache on CUDA, run the decode step through torch.compile "

@@ -1,10 +1,13 @@
 """The request budget: a fraction of device memory (<= 1) or bytes (> 1), minus the
-weights resident after loading; on the CPU, ``cpu_budget_bytes``."""
+weights resident after loading; on the CPU, ``cpu_budget_bytes``. With static decoding,
+the idle KV caches the worker keeps for reuse (at most ``static_cache_pool_bytes``) are
+not a request's, so that much is kept out of the budget too."""
 
 from __future__ import annotations
 
 import torch
 
+from qwen_ui.engine.generate import decode_mode_for
 from qwen_ui.settings import Settings
 
 # Until the weights are loaded and measured, assume they take their checkpoint size plus
@@ -26,11 +29,17 @@ def request_budget(
     settings: Settings, device: torch.device, resident: int | None, weight_file_bytes: int
 ) -> int:
     """The budget for requests. ``resident``: bytes measured after loading (None before)."""
-    limit = device_limit(settings, device)
+    limit = device_limit(settings, device) - pool_reserve(settings, device)
     if device.type != "cuda":
-        return limit
+        return max(0, limit)
     weights = resident if resident is not None else int(weight_file_bytes * WEIGHT_OVERHEAD)
     return max(0, limit - weights)
+
+
+def pool_reserve(settings: Settings, device: torch.device) -> int:
+    """Bytes the decode worker may keep in idle static caches between requests."""
+    static = decode_mode_for(settings.decode_mode, device.type) == "static"
+    return settings.static_cache_pool_bytes if static else 0
 
 
 def resident_bytes(device: torch.device) -> int:

@@ -368,7 +368,7 @@ class Engine:
             return Generation(model, prompt, sampling)
         if self._decoder is None or self._decoder[0] is not model:
             step = compiled_step(model) if cuda and self.settings.compile_decode else None
-            self._decoder = (model, CachePool(model), step)
+            self._decoder = (model, CachePool(model, self.settings.static_cache_pool_bytes), step)
         _, pool, step = self._decoder
         return Generation(model, prompt, sampling, "static", pool, step)
 

@@ -11,6 +11,7 @@ token); a static KV cache or a compiled step can replace it without touching the
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,25 +40,48 @@ def cache_length(needed: int, bucket: int = CACHE_BUCKET) -> int:
 class CachePool:
     """Static KV caches by length, owned by the worker thread (one request at a time), so a
     captured decode step finds its cache tensors at the same addresses on every request.
-    ``take`` hands out a reset cache; nothing here belongs to the shared model."""
+    ``take`` hands out a reset cache; nothing here belongs to the shared model.
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    Idle caches are kept up to ``max_bytes`` in all (settings.static_cache_pool_bytes,
+    which admission keeps out of the request budget); past that the least recently used
+    go, so requests of many different lengths cannot fill the device."""
+
+    def __init__(self, model: PreTrainedModel, max_bytes: int | None = None) -> None:
         self.config = model.config
-        self._free: dict[int, StaticCache] = {}
+        self.max_bytes = max_bytes
+        self._free: OrderedDict[int, tuple[StaticCache, int]] = OrderedDict()
+
+    @property
+    def idle_bytes(self) -> int:
+        return sum(size for _, size in self._free.values())
 
     def take(self, length: int) -> StaticCache:
-        cache = self._free.pop(length, None)
-        if cache is None:
+        kept = self._free.pop(length, None)
+        if kept is None:
             return StaticCache(config=self.config, max_cache_len=length)
         with torch.inference_mode():
-            cache.reset()
-        return cache
+            kept[0].reset()
+        return kept[0]
 
     def give_back(self, length: int, cache: StaticCache) -> None:
-        self._free[length] = cache
+        self._free[length] = (cache, cache_bytes(cache))
+        self._free.move_to_end(length)
+        while self.max_bytes is not None and self._free and self.idle_bytes > self.max_bytes:
+            self._free.popitem(last=False)
 
     def clear(self) -> None:
         self._free.clear()
+
+
+def cache_bytes(cache: StaticCache) -> int:
+    """Bytes of a static cache's key and value tensors (allocated when it was made)."""
+    total = 0
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
 
 
 @dataclass(frozen=True)

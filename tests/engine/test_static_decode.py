@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from qwen_ui.engine.generate import (
     DecodeMode,
     Generation,
     SamplingOptions,
+    cache_bytes,
     cache_length,
     compiled_step,
     run,
@@ -77,6 +79,34 @@ def test_pooled_caches_are_reused_and_reset(loaded: Loaded) -> None:
     assert decode(loaded, a_turns, images[:1], "static", pool) == a
     assert decode(loaded, b_turns, images, "static", pool) == b  # same bucket, reset cache
     assert decode(loaded, a_turns, images[:1], "static", pool) == a
+
+
+def test_the_pool_keeps_idle_caches_within_its_bytes(loaded: Loaded) -> None:
+    model = loaded.language.model
+    sizes = {}
+    for length in (256, 512, 768):  # caches allocate on first use: fill one position
+        cache = CachePool(model).take(length)
+        decode_one(model, cache)
+        sizes[length] = cache_bytes(cache)
+    assert sizes[512] == 2 * sizes[256] > 0
+    pool = CachePool(model, max_bytes=sizes[256] + sizes[512])
+    kept = {}
+    for length in (256, 512, 768):
+        kept[length] = pool.take(length)
+        decode_one(model, kept[length])
+        pool.give_back(length, kept[length])
+        assert pool.idle_bytes <= pool.max_bytes  # type: ignore[operator]
+    assert pool.take(768) is kept[768]  # the most recent stays ...
+    assert pool.take(256) is not kept[256]  # ... the oldest went to make room
+    nothing = CachePool(model, max_bytes=0)
+    nothing.give_back(256, kept[256])
+    assert nothing.idle_bytes == 0
+
+
+def decode_one(model: Any, cache: Any) -> None:
+    with torch.inference_mode():
+        ids = torch.tensor([[1]])
+        model(input_ids=ids, position_ids=torch.zeros((3, 1, 1), dtype=torch.long), cache=cache)
 
 
 def test_cache_lengths_come_in_buckets() -> None:

@@ -1,7 +1,6 @@
 """The shipped demo model over a real ``qwen-ui serve`` with embedded defaults (a fresh
 home: the demo is installed on the first question): a 3-image question through
-gradio_client streams its stages in order, then a short answer (the correct one is a strict
-xfail until the demo model reaches its bar)."""
+gradio_client streams its stages in order, then the correct answer."""
 
 from __future__ import annotations
 
@@ -68,10 +67,5 @@ def test_three_image_question_streams_stages_then_a_short_answer(asked: Asked) -
     assert asked.sample.kind == "multi_count" and asked.answer.isdigit(), asked.answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped demo model is below the bar on two- and three-image counts (27% "
-    "held-out, docs/demo-model.md); this question gets 6 for 5",
-)
 def test_three_image_question_gets_the_right_answer(asked: Asked) -> None:
     assert asked.answer == asked.sample.answer, (asked.sample.question, asked.sample.answer)

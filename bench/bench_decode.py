@@ -189,6 +189,7 @@ def engine_settings(args: argparse.Namespace, **extra: Any) -> Settings:
         "decode_mode": args.decode_mode,
         "compile_decode": args.compile,
         "prefill_dequant_rows": args.prefill_dequant_rows,
+        "fuse_projections": args.fuse,
         "max_images": 8,
         "max_image_pixels": 50_000_000,
         "embed_cache_bytes": 512 * 2**20,
@@ -542,6 +543,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         help="settings.prefill_dequant_rows: prompts longer than this skip the int4 kernel",
     )
+    parser.add_argument(
+        "--fuse",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="settings.fuse_projections: one int4 matmul for q/k/v and one for gate/up",
+    )
     parser.add_argument("--a10", action="store_true", help="device limited to 22 GiB")
     parser.add_argument("--web", action="store_true", help="also the HTTP client's view")
     parser.add_argument("--skip-stock", action="store_true")
@@ -569,6 +576,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "decode_mode": args.decode_mode,
         "compile": bool(args.compile and device.type == "cuda"),
         "prefill_dequant_rows": args.prefill_dequant_rows,
+        "fuse_projections": args.fuse,
         "checkpoint_s": round(time.perf_counter() - t0, 1),
         "command": "python bench/bench_decode.py " + " ".join(sys.argv[1:]),
     }

@@ -29,6 +29,7 @@ command_for() {
     case $1 in
     vision) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20" ;;
     engine) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --workdir $W" ;;
+    engine-nofuse) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --no-fuse --workdir $W" ;;
     stock) echo "python3 bench/bench_decode.py --arch 7b --skip-engine --workdir $W" ;;
     dequant) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --prefill-dequant-rows 256 --workdir $W" ;;
     web) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --web --workdir $W" ;;

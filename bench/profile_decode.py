@@ -56,8 +56,8 @@ def category(name: str) -> str:
     return "other"
 
 
-def load(path: Path, device: str, compile_step: bool) -> tuple[Loaded, Generation, Any]:
-    spec = ModelSpec("bench/qwen2.5-vl-random", "awq", device, 3136, 1_003_520)
+def load(path: Path, device: str, compile_step: bool, fuse: bool) -> tuple[Loaded, Generation, Any]:
+    spec = ModelSpec("bench/qwen2.5-vl-random", "awq", device, 3136, 1_003_520, 0, "batched", fuse)
     loaded = Pipelines(DirStore(path), spec, EngineStatus()).load()  # type: ignore[arg-type]
     model = loaded.language.model
     ids = loaded.language.tokenizer(" shape" * 32)["input_ids"][:32]
@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", choices=sorted(ARCH), default="7b")
     p.add_argument("--device", default="cuda" if cuda else "cpu")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=cuda)
+    p.add_argument(
+        "--fuse", action=argparse.BooleanOptionalAction, default=True, help="fused projections"
+    )
     p.add_argument("--warmup", type=int, default=16)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     config = model_config(args.arch, None, None)
     name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
     path = write_checkpoint(args.workdir / name, config)
-    _, generation, model = load(path, args.device, args.compile and device.type == "cuda")
+    graphs = args.compile and device.type == "cuda"
+    _, generation, model = load(path, args.device, graphs, args.fuse)
     token = generation.prefill()
     token = run_steps(generation, token, args.warmup, device)
     t0 = time.perf_counter()
@@ -149,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(sys.argv[1:] if argv is None else argv),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "arch": name,
-        "compile": bool(args.compile and device.type == "cuda"),
+        "compile": bool(graphs),
+        "fuse_projections": args.fuse,
         "wall_ms_per_step": round(wall_ms, 3),
         "tok_s": round(1000 / wall_ms, 1),
         "bytes_per_step": step_bytes,

@@ -108,6 +108,11 @@ class Settings(BaseSettings):
         "weight dequantized for that call (faster than the int4 kernel at large batch); "
         "keeps the AWQ tensors beside the kernel's, about 4 bits more per weight. 0 = off.",
     )
+    fuse_projections: bool = Field(
+        True,
+        description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "
+        "MLP's gate/up (Qwen2-VL, Qwen2.5-VL), seven kernel calls per layer become four.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,

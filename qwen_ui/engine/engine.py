@@ -139,6 +139,7 @@ class Engine:
             settings.max_pixels,
             settings.prefill_dequant_rows,
             settings.vision_attention,
+            settings.fuse_projections,
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)

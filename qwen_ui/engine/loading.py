@@ -22,6 +22,7 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText
 
+from qwen_ui.engine import fused
 from qwen_ui.engine.awq import Int4Linear, awq_settings, dequantize_awq, dequantize_for_kernel
 from qwen_ui.engine.errors import UnsupportedModel
 
@@ -33,8 +34,15 @@ RENAMES = (("visual.", "model.visual."), ("model.", "model.language_model."))
 VISION_PREFIX = "model.visual."
 
 
-def load_model(path: Path, device: torch.device, dtype: torch.dtype, prefill_rows: int = 0) -> Any:
-    """``prefill_rows``: see :meth:`Int4Linear.from_awq` (AWQ checkpoints only)."""
+def load_model(
+    path: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    prefill_rows: int = 0,
+    fuse_projections: bool = False,
+) -> Any:
+    """``prefill_rows``: see :meth:`Int4Linear.from_awq`; ``fuse_projections``: see
+    :mod:`qwen_ui.engine.fused` (both for AWQ checkpoints only)."""
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     try:
         awq = awq_settings(config)
@@ -50,7 +58,7 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype, prefill_row
         group, zero_point = awq
         if not zero_point:
             raise UnsupportedModel(reason="AWQ checkpoints without zero points are not supported")
-        model = load_awq_model(path, config, group, device, dtype, prefill_rows)
+        model = load_awq_model(path, config, group, device, dtype, prefill_rows, fuse_projections)
     model.eval()
     model.requires_grad_(False)
     return model
@@ -63,6 +71,7 @@ def load_awq_model(
     device: torch.device,
     dtype: torch.dtype,
     prefill_rows: int = 0,
+    fuse_projections: bool = False,
 ) -> Any:
     plain = copy.deepcopy(config)
     del plain.quantization_config
@@ -77,6 +86,16 @@ def load_awq_model(
         model.set_submodule(module_name, nn.Identity())  # placeholder: nothing to allocate
     model.to_empty(device=device)
     loaded = _load_float_tensors(model, tensors, names, quantized, device, dtype)
+    groups = fused.plan(model, quantized) if fuse_projections else []
+    for g in groups:
+        prefixes = [quantized.pop(name) for name in g.names()]
+        qweight, qzeros, scales, bias = fused.concat_awq(tensors, prefixes)
+        layer = Int4Linear.from_awq(
+            qweight, qzeros, scales, bias, group, device, dtype, prefill_rows
+        )
+        widths = [tensors[f"{p}.scales"].shape[1] for p in prefixes]
+        fused.install(model.get_submodule(g.parent), g, layer, widths)
+        loaded.update(f"{g.parent}.{g.fused}.{leaf}" for leaf in ("weight", "bias"))
     for module_name, ckpt_prefix in quantized.items():
         model.set_submodule(
             module_name,
@@ -88,8 +107,14 @@ def load_awq_model(
     _finish(model, loaded)
     if device.type == "cuda" and prefill_rows > 0:
         fuse_prefill_dequantize(model)
-    n_kernel = sum(1 for m in model.modules() if isinstance(m, Int4Linear) and not m.dequantized)
-    log.info("AWQ checkpoint loaded: %d int4 layers (%d on kernels)", len(quantized), n_kernel)
+    int4 = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    n_kernel = sum(1 for m in int4 if not m.dequantized)
+    log.info(
+        "AWQ checkpoint loaded: %d int4 layers (%d on kernels, %d of them fused)",
+        len(int4),
+        n_kernel,
+        len(groups),
+    )
     return model
 
 

@@ -59,6 +59,7 @@ class ModelSpec:
     max_pixels: int
     prefill_dequant_rows: int = 0  # AWQ: prompts longer than this skip the int4 kernel
     vision_attention: str = "batched"  # "stock": transformers' per-window loop
+    fuse_projections: bool = True  # AWQ: one int4 matmul for q/k/v and one for gate/up
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,11 @@ class Pipelines:
             snapshot.path, local_files_only=True
         )
         model = load_model(
-            Path(snapshot.path), device, compute_dtype(device), self.spec.prefill_dequant_rows
+            Path(snapshot.path),
+            device,
+            compute_dtype(device),
+            self.spec.prefill_dequant_rows,
+            self.spec.fuse_projections,
         )
         if self.spec.vision_attention == "batched":
             vision.install(model)

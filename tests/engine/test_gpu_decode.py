@@ -29,8 +29,8 @@ pytestmark = [
 ]
 
 
-def load(store: ModelStore, prefill_rows: int) -> Loaded:
-    spec = ModelSpec(DEMO_MODEL_ID, "awq", "cuda", 3136, 112_896, prefill_rows)
+def load(store: ModelStore, prefill_rows: int, fuse: bool) -> Loaded:
+    spec = ModelSpec(DEMO_MODEL_ID, "awq", "cuda", 3136, 112_896, prefill_rows, "batched", fuse)
     return Pipelines(store, spec, EngineStatus()).load()
 
 
@@ -38,7 +38,7 @@ def load(store: ModelStore, prefill_rows: int) -> Loaded:
 def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int) -> None:
     store = ModelStore(tmp_path)
     store.install(WEIGHTS, DEMO_MODEL_ID, "awq")
-    reference, fast = load(store, 0), load(store, prefill_rows)
+    reference, fast = load(store, 0, False), load(store, prefill_rows, True)  # fused projections
     pool, step = CachePool(fast.language.model), compiled_step(fast.language.model)
     mismatches = []
     for sample in scenes.held_out(N_HELD_OUT, seed=7):

@@ -1,0 +1,132 @@
+"""Fused int4 projections: one int4 matmul for an attention's q, k and v, one for an MLP's
+gate and up.
+
+A decode step multiplies one row by every weight, so each int4 kernel call is short and
+the number of calls sets much of the step's time (docs/BENCHMARKS.md, "GPU decode"). The
+AWQ loader concatenates the checkpoint's q/k/v (and gate/up) tensors along the output
+dimension into one :class:`~qwen_ui.engine.awq.Int4Linear` (AWQ packs 8 output columns
+per int32 and every part's width is a multiple of 8, so the concatenation is exact) and
+gives the module a forward that splits the result: seven int4 calls per decoder layer
+become four. Only for the classes whose stock forward this module reproduces (Qwen2-VL's
+and Qwen2.5-VL's text attention, their MLP); ``tests/engine/test_fused.py`` pins the
+fused model's logits to the unfused one's.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+ATTENTION_CLASSES = ("Qwen2VLAttention", "Qwen2_5_VLAttention")
+MLP_CLASSES = ("Qwen2MLP",)
+QKV = ("q_proj", "k_proj", "v_proj")
+GATE_UP = ("gate_proj", "up_proj")
+
+
+@dataclass(frozen=True)
+class Group:
+    """Sibling linears of ``parent`` that become one ``fused`` linear."""
+
+    parent: str
+    fused: str
+    members: tuple[str, ...]
+
+    def names(self) -> list[str]:
+        return [f"{self.parent}.{m}" for m in self.members]
+
+
+def plan(model: nn.Module, quantized: Mapping[str, str]) -> list[Group]:
+    """The groups to fuse: attentions and MLPs of a known class whose members are all
+    quantized (int4) linears."""
+    groups = []
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if kind in ATTENTION_CLASSES:
+            groups.append(Group(name, "qkv_proj", QKV))
+        elif kind in MLP_CLASSES:
+            groups.append(Group(name, "gate_up_proj", GATE_UP))
+    return [g for g in groups if all(n in quantized for n in g.names())]
+
+
+def concat_awq(
+    tensors: Mapping[str, torch.Tensor], prefixes: list[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The AWQ ``qweight, qzeros, scales`` (and bias) of one linear that computes the
+    prefixes' outputs side by side."""
+    parts = [[tensors[f"{p}.{leaf}"] for p in prefixes] for leaf in ("qweight", "qzeros", "scales")]
+    qweight, qzeros, scales = (torch.cat(p, dim=1) for p in parts)
+    biases = [tensors.get(f"{p}.bias") for p in prefixes]
+    present = [b for b in biases if b is not None]
+    if present and len(present) != len(biases):
+        raise ValueError(f"some of {prefixes} have a bias and some do not")
+    return qweight, qzeros, scales, torch.cat(present) if present else None
+
+
+def install(parent: nn.Module, group: Group, fused: nn.Module, widths: list[int]) -> None:
+    """Put ``fused`` on ``parent`` in place of ``group.members`` (widths: their outputs)."""
+    for member in group.members:
+        delattr(parent, member)
+    parent.add_module(group.fused, fused)
+    if group.fused == "qkv_proj":
+        parent.forward = _attention_forward(parent, widths)  # type: ignore[method-assign]
+    else:
+        parent.forward = _mlp_forward(parent, widths)  # type: ignore[method-assign]
+
+
+def _mlp_forward(mlp: Any, widths: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        gate, up = mlp.gate_up_proj(x).split(widths, dim=-1)
+        return mlp.down_proj(mlp.act_fn(gate) * up)  # type: ignore[no-any-return]
+
+    return forward
+
+
+def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
+    """The stock Qwen2(.5)-VL text attention forward (transformers 5), with the three
+    projections computed by one call."""
+    family = sys.modules[type(attn).__module__]  # the functions the stock forward calls
+    rotary, eager = family.apply_rotary_pos_emb, family.eager_attention_forward
+    functions = family.ALL_ATTENTION_FUNCTIONS
+
+    def forward(
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if cache is None:  # the deprecated name, as the stock forward accepts it
+            cache = kwargs.pop("past_key_values", None)
+        bsz, q_len, _ = hidden_states.size()
+        q, k, v = (
+            t.view(bsz, q_len, -1, attn.head_dim).transpose(1, 2)
+            for t in attn.qkv_proj(hidden_states).split(widths, dim=-1)
+        )
+        assert position_embeddings is not None
+        cos, sin = position_embeddings
+        q, k = rotary(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+        interface = functions.get_interface(attn.config._attn_implementation, eager)
+        out, weights = interface(
+            attn,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=0.0 if not attn.training else attn.attention_dropout,
+            scaling=attn.scaling,
+            sliding_window=attn.sliding_window,
+            position_ids=position_ids,
+            **kwargs,
+        )
+        out = out.reshape(bsz, q_len, -1).contiguous()
+        return attn.o_proj(out), weights
+
+    return forward

@@ -1,0 +1,128 @@
+"""Fused int4 projections (``qwen_ui.engine.fused``): the same logits and greedy tokens as
+the separate q/k/v and gate/up layers, for Qwen2.5-VL and Qwen2-VL AWQ checkpoints; other
+families load unfused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from qwen_ui.engine.awq import Int4Linear
+from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.generate import (
+    CachePool,
+    DecodeMode,
+    Generation,
+    SamplingOptions,
+    prompt_positions,
+    run,
+)
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.settings import Settings
+from qwen_ui.state import MemoryState
+from qwen_ui.store import ModelStore
+from tests.engine.conftest import TINY_ID, tiny_settings
+from tests.engine.support import build_family_model, write_awq_checkpoint
+
+IMAGES = [Image.new("RGB", (100, 80), (255, 0, 0)), Image.effect_noise((90, 90), 60).convert("RGB")]
+
+
+def load(store: ModelStore, model_id: str, fuse: bool, prefill_rows: int = 0) -> Loaded:
+    spec = ModelSpec(model_id, "awq", "cpu", 3136, 112 * 112, prefill_rows, "batched", fuse)
+    return Pipelines(store, spec, EngineStatus()).load()
+
+
+def family_store(family: str, tmp: pytest.TempPathFactory) -> ModelStore:
+    plain = build_family_model(family, tmp.mktemp(family) / "plain")
+    awq = write_awq_checkpoint(plain, tmp.mktemp(family) / "awq")
+    store = ModelStore(tmp.mktemp("store"))
+    store.install(awq, f"test/{family}", "awq")
+    return store
+
+
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl"])
+def pair(
+    request: pytest.FixtureRequest, tiny_store: ModelStore, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Loaded, Loaded]:
+    if request.param == "qwen2_5_vl":
+        return load(tiny_store, TINY_ID, False), load(tiny_store, TINY_ID, True)
+    store = family_store("qwen2_vl", tmp_path_factory)
+    return load(store, "test/qwen2_vl", False), load(store, "test/qwen2_vl", True)
+
+
+def int4_layers(loaded: Loaded) -> list[str]:
+    model = loaded.language.model
+    return [n for n, m in model.named_modules() if isinstance(m, Int4Linear)]
+
+
+def test_seven_int4_layers_per_decoder_layer_become_four(pair: tuple[Loaded, Loaded]) -> None:
+    plain, fused = (int4_layers(p) for p in pair)
+    layers = pair[0].language.model.config.get_text_config().num_hidden_layers
+    assert len(plain) == 7 * layers and len(fused) == 4 * layers
+    assert sum(n.endswith(".qkv_proj") for n in fused) == layers
+    assert sum(n.endswith(".gate_up_proj") for n in fused) == layers
+    assert not any(n.endswith((".q_proj", ".k_proj", ".gate_proj")) for n in fused)
+
+
+def prefill_logits(loaded: Loaded) -> torch.Tensor:
+    embeddings = [loaded.vision.encode(i) for i in IMAGES]
+    prompt = loaded.language.build_prompt([Turn("What shapes are there?", 2)], embeddings)
+    model = loaded.language.model
+    positions, _ = prompt_positions(model, prompt)
+    with torch.inference_mode():
+        out = model(
+            input_ids=prompt.input_ids,
+            position_ids=positions,
+            mm_encoder_outputs={"image": prompt.encoder_outputs(model.device)},
+            image_grid_thw=prompt.image_grid_thw,
+            mm_token_type_ids=prompt.mm_token_type_ids,
+        )
+    return out.logits[0].float()
+
+
+def test_prefill_logits_are_the_same(pair: tuple[Loaded, Loaded]) -> None:
+    plain, fused = (prefill_logits(p) for p in pair)
+    assert torch.allclose(plain, fused, rtol=0, atol=1e-5), float((plain - fused).abs().max())
+
+
+def greedy(loaded: Loaded, mode: DecodeMode) -> list[int]:
+    embeddings = [loaded.vision.encode(i) for i in IMAGES[:1]]
+    turns = [Turn("How many squares?", 1, "two"), Turn("And circles?", 0)]
+    prompt = loaded.language.build_prompt(turns, embeddings)
+    model = loaded.language.model
+    pool = CachePool(model) if mode == "static" else None
+    tokens: list[int] = []
+    run(Generation(model, prompt, SamplingOptions(16), mode, pool), [], tokens.append, bool)
+    return tokens
+
+
+@pytest.mark.parametrize("mode", ["eager", "static"])
+def test_greedy_tokens_are_the_same(pair: tuple[Loaded, Loaded], mode: DecodeMode) -> None:
+    assert greedy(pair[0], mode) == greedy(pair[1], mode)
+
+
+def test_fused_layers_keep_the_dequantized_prefill(tiny_store: ModelStore) -> None:
+    fused = load(tiny_store, TINY_ID, True, prefill_rows=16)
+    qkv = [m for n, m in fused.language.model.named_modules() if n.endswith("qkv_proj")]
+    assert qkv and all(isinstance(m, Int4Linear) and m.prefill_rows == 16 for m in qkv)
+    plain = load(tiny_store, TINY_ID, False, prefill_rows=16)
+    assert greedy(plain, "eager") == greedy(fused, "eager")
+
+
+def test_other_families_load_unfused(tmp_path_factory: pytest.TempPathFactory) -> None:
+    store = family_store("qwen3_vl", tmp_path_factory)
+    loaded = load(store, "test/qwen3_vl", True)
+    names = int4_layers(loaded)
+    assert names and not any(n.endswith(("qkv_proj", "gate_up_proj")) for n in names)
+
+
+def test_the_setting_reaches_the_engine(tmp_path: Path, tiny_store: ModelStore) -> None:
+    for value in (True, False):
+        settings = tiny_settings(tmp_path / str(value), "awq", fuse_projections=value)
+        engine = Engine(settings, tiny_store, MemoryState(), EngineStatus())
+        assert engine.pipelines.spec.fuse_projections is value
+    assert Settings(home=tmp_path).fuse_projections is True  # on by default

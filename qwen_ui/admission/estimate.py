@@ -21,9 +21,10 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors;
   or RMSNorm's float32 copies when those are larger). An AWQ model told to dequantize for
   long prompts (``prefill_dequant_rows``) also holds the largest layer's weight being
-  dequantized: 5 bytes of work per weight per byte of the compute dtype, the peak the
-  profiler measured for ``qwen_ui.engine.awq.dequantize_for_kernel`` on the CPU (the
-  compiled version used on CUDA holds less; counted the same until measured there).
+  dequantized (gate and up together when the projections are fused): 5 bytes of work per
+  weight per byte of the compute dtype, the peak the profiler measured for
+  ``qwen_ui.engine.awq.dequantize_for_kernel`` on the CPU (the compiled version used on
+  CUDA holds less; counted the same until measured there).
 * **decode**: the KV cache for ``L + max_new_tokens`` positions (a static cache: that
   rounded up to its length step), plus one layer's keys and values expanded to every query
   head for grouped-query attention (SDPA's ``enable_gqa`` on CUDA; larger than the layer's
@@ -172,7 +173,9 @@ def _dequant(length: int, model: ModelShape) -> int:
     if not model.dequant_rows or length <= model.dequant_rows:
         return 0
     t = model.text
-    largest = t.hidden * max(t.intermediate, t.heads * t.head_dim)
+    parts = 2 if model.fused_projections else 1  # gate and up as one layer
+    qkv = (t.heads + (2 * t.kv_heads if model.fused_projections else 0)) * t.head_dim
+    largest = t.hidden * max(parts * t.intermediate, qkv)
     return largest * DEQUANT_WORK * model.dtype_bytes
 
 

@@ -50,10 +50,11 @@ def load_facts(
     max_pixels: int,
     cache_bucket: int = 0,
     dequant_rows: int = 0,
+    fused_projections: bool = False,
 ) -> ModelFacts:
     """``cache_bucket``: the static KV caches' length step when the engine decodes into
     them (0: a cache grown token by token); ``dequant_rows``: the engine's
-    ``prefill_dequant_rows``."""
+    ``prefill_dequant_rows``; ``fused_projections``: its ``fuse_projections``."""
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
         path, local_files_only=True
@@ -62,7 +63,7 @@ def load_facts(
     low, high = pixel_bounds(image_processor, min_pixels, max_pixels)  # as the engine does
     geometry = Geometry.of(image_processor, low, high)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    shape = model_shape(config, dtype, device.type, cache_bucket, dequant_rows)
+    shape = model_shape(config, dtype, device.type, cache_bucket, dequant_rows, fused_projections)
     return ModelFacts(shape, geometry, processor, weights)
 
 

@@ -128,6 +128,7 @@ class EngineAdmission:
                     s.max_pixels,
                     self._cache_bucket(),
                     s.prefill_dequant_rows,
+                    s.fuse_projections,
                 )
                 self._update_budget()
             await self._measure_resident()

@@ -49,6 +49,7 @@ class ModelShape:
     # AWQ models: prompts longer than this dequantize each int4 layer's weight in turn
     # (settings.prefill_dequant_rows; 0 = never)
     dequant_rows: int = 0
+    fused_projections: bool = False  # settings.fuse_projections: gate/up is one int4 layer
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -113,6 +114,7 @@ def model_shape(
     device: str = "cuda",
     cache_bucket: int = 0,
     dequant_rows: int = 0,
+    fused_projections: bool = False,
 ) -> ModelShape:
     text = text_shape(config)
     awq = awq_settings(config) is not None  # as the engine's loader decides
@@ -125,4 +127,5 @@ def model_shape(
         preprocess_on_device=device == "cpu",
         cache_bucket=cache_bucket,
         dequant_rows=dequant_rows if awq else 0,
+        fused_projections=fused_projections and awq,
     )

@@ -53,6 +53,23 @@ def plan(model: nn.Module, quantized: Mapping[str, str]) -> list[Group]:
     return [g for g in groups if all(n in quantized for n in g.names())]
 
 
+def fuse(
+    model: nn.Module,
+    tensors: Mapping[str, torch.Tensor],
+    quantized: dict[str, str],
+    make: Callable[..., nn.Module],
+) -> list[Group]:
+    """Build and install every group :func:`plan` finds; ``make(qweight, qzeros, scales,
+    bias)`` builds the fused int4 layer. The members leave ``quantized`` (module name to
+    checkpoint prefix), so the caller builds only the rest."""
+    groups = plan(model, quantized)
+    for g in groups:
+        prefixes = [quantized.pop(name) for name in g.names()]
+        widths = [int(tensors[f"{p}.scales"].shape[1]) for p in prefixes]
+        install(model.get_submodule(g.parent), g, make(*concat_awq(tensors, prefixes)), widths)
+    return groups
+
+
 def concat_awq(
     tensors: Mapping[str, torch.Tensor], prefixes: list[str]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:

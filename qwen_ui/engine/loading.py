@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,16 +87,17 @@ def load_awq_model(
         model.set_submodule(module_name, nn.Identity())  # placeholder: nothing to allocate
     model.to_empty(device=device)
     loaded = _load_float_tensors(model, tensors, names, quantized, device, dtype)
-    groups = fused.plan(model, quantized) if fuse_projections else []
-    for g in groups:
-        prefixes = [quantized.pop(name) for name in g.names()]
-        qweight, qzeros, scales, bias = fused.concat_awq(tensors, prefixes)
-        layer = Int4Linear.from_awq(
-            qweight, qzeros, scales, bias, group, device, dtype, prefill_rows
+    groups: list[fused.Group] = []
+    if fuse_projections:
+        make = partial(
+            Int4Linear.from_awq,
+            group_size=group,
+            device=device,
+            dtype=dtype,
+            prefill_rows=prefill_rows,
         )
-        widths = [tensors[f"{p}.scales"].shape[1] for p in prefixes]
-        fused.install(model.get_submodule(g.parent), g, layer, widths)
-        loaded.update(f"{g.parent}.{g.fused}.{leaf}" for leaf in ("weight", "bias"))
+        groups = fused.fuse(model, tensors, quantized, make)
+        loaded.update(f"{g.parent}.{g.fused}.{leaf}" for g in groups for leaf in ("weight", "bias"))
     for module_name, ckpt_prefix in quantized.items():
         model.set_submodule(
             module_name,
@@ -107,15 +109,19 @@ def load_awq_model(
     _finish(model, loaded)
     if device.type == "cuda" and prefill_rows > 0:
         fuse_prefill_dequantize(model)
+    _log_int4(model, len(groups))
+    return model
+
+
+def _log_int4(model: nn.Module, fused_groups: int) -> None:
     int4 = [m for m in model.modules() if isinstance(m, Int4Linear)]
-    n_kernel = sum(1 for m in int4 if not m.dequantized)
+    kernel = sum(1 for m in int4 if not m.dequantized)
     log.info(
         "AWQ checkpoint loaded: %d int4 layers (%d on kernels, %d of them fused)",
         len(int4),
-        n_kernel,
-        len(groups),
+        kernel,
+        fused_groups,
     )
-    return model
 
 
 def fuse_prefill_dequantize(model: Any) -> None:

@@ -18,13 +18,13 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   size counts when larger.
 * **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache for ``L``
   positions, the prompt embeddings and the image features, and one decoder layer's
-  transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors;
-  or RMSNorm's float32 copies when those are larger). An AWQ model told to dequantize for
-  long prompts (``prefill_dequant_rows``) also holds the largest layer's weight being
-  dequantized (gate and up together when the projections are fused): 5 bytes of work per
-  weight per byte of the compute dtype, the peak the profiler measured for
-  ``qwen_ui.engine.awq.dequantize_for_kernel`` on the CPU (the compiled version used on
-  CUDA holds less; counted the same until measured there).
+  transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors,
+  four with fused projections; or RMSNorm's float32 copies when those are larger). An AWQ
+  model told to dequantize for long prompts (``prefill_dequant_rows``) also holds the
+  largest layer's weight being dequantized (gate and up together when the projections are
+  fused): 5 bytes of work per weight per byte of the compute dtype, the peak the profiler
+  measured for ``qwen_ui.engine.awq.dequantize_for_kernel`` on the CPU (the compiled
+  version used on CUDA holds less; counted the same until measured there).
 * **decode**: the KV cache for ``L + max_new_tokens`` positions (a static cache: that
   rounded up to its length step), plus one layer's keys and values expanded to every query
   head for grouped-query attention (SDPA's ``enable_gqa`` on CUDA; larger than the layer's
@@ -165,7 +165,8 @@ def prefill_peak(request: RequestShape, model: ModelShape) -> int:
     inputs = length * t.hidden * b + 2 * request.image_tokens * t.hidden * b
     # 3-D rope: position ids (int64 × 3), float32 angles per axis, cos/sin in the dtype
     positions = length * (3 * 8 + 2 * t.head_dim * (3 * F32 + b))
-    layer = max(_decoder_attention(length, t, b), _decoder_mlp(length, t, b))
+    fused = model.fused_projections
+    layer = max(_decoder_attention(length, t, b, fused), _decoder_mlp(length, t, b, fused))
     return kv + kv_copy + inputs + positions + layer + _logits(t, b) + _dequant(length, model)
 
 
@@ -179,16 +180,21 @@ def _dequant(length: int, model: ModelShape) -> int:
     return largest * DEQUANT_WORK * model.dtype_bytes
 
 
-def _decoder_attention(length: int, t: TextShape, b: int) -> int:
+def _decoder_attention(length: int, t: TextShape, b: int, fused: bool = False) -> int:
     q, kv = t.heads * t.head_dim, t.kv_heads * t.head_dim
     # residual + normed input + q (with its bias sum) + k, v + rotary temporaries on q
-    # + the attention output and its contiguous copy + o_proj
-    return length * b * (2 * t.hidden + 2 * q + 2 * kv + 3 * q + 2 * q + t.hidden)
+    # + the attention output and its contiguous copy + o_proj; fused projections keep the
+    # whole q/k/v output alive while v (a view of it) is
+    held = q + kv if fused else 0
+    return length * b * (2 * t.hidden + 2 * q + 2 * kv + 3 * q + 2 * q + t.hidden + held)
 
 
-def _decoder_mlp(length: int, t: TextShape, b: int) -> int:
+def _decoder_mlp(length: int, t: TextShape, b: int, fused: bool = False) -> int:
     norm = length * t.hidden * (b + 3 * F32)  # RMSNorm's float32 copies (also the last norm)
-    mlp = length * (2 * t.hidden * b + 3 * t.intermediate * b)
+    # act(gate), up and their product; fused: the [L, 2 x intermediate] gate/up output
+    # stays whole while up (a view of it) is alive
+    parts = 4 if fused else 3
+    mlp = length * (2 * t.hidden * b + parts * t.intermediate * b)
     return max(norm + length * t.hidden * b, mlp)
 
 

@@ -17,7 +17,7 @@ from qwen_ui.engine.events import Event
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, tiny_settings
-from tests.engine.support import build_tiny_model
+from tests.engine.support import build_tiny_model, write_awq_checkpoint
 
 __all__ = ["TINY_ID", "ask", "collect", "noise", "tiny_settings"]
 
@@ -29,8 +29,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_store(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> ModelStore:
+    """The tiny model as ``bf16`` and as ``awq`` (int4, fused projections when served)."""
     store = ModelStore(tmp_path_factory.mktemp("store-admission"))
     store.install(tiny_model, TINY_ID, "bf16")
+    awq = write_awq_checkpoint(tiny_model, tmp_path_factory.mktemp("tiny-admission-awq") / "awq")
+    store.install(awq, TINY_ID, "awq")
     return store
 
 

@@ -109,6 +109,38 @@ def test_dequantizing_prefill_counts_the_largest_layer() -> None:
     assert model_shape(bf16_model, torch.bfloat16, dequant_rows=256).dequant_rows == 0
 
 
+@pytest.mark.parametrize("fuse", [False, True])
+def test_mlp_term_is_the_mlp_peak(fuse: bool) -> None:
+    """The prefill MLP term against the profiler's peak of transformers' Qwen2 MLP, as
+    loaded (separate gate/up) and with the engine's fused gate/up (the fused output stays
+    whole while ``up``, a view of it, is alive: one more ``[L, intermediate]``)."""
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2MLP
+
+    from qwen_ui.admission.estimate import _decoder_mlp
+    from qwen_ui.engine import fused
+
+    config = Qwen2_5_VLConfig(text_config={"hidden_size": 256, "intermediate_size": 1024})
+    mlp = Qwen2MLP(config.text_config).eval()
+    length, x = 512, torch.randn(1, 512, 256)
+    with torch.inference_mode():
+        if fuse:
+            gate_up = torch.nn.Linear(256, 2048, bias=False)
+            gate_up.weight.copy_(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+            group = fused.Group("", "gate_up_proj", fused.GATE_UP)
+            fused.install(mlp, group, gate_up, [1024, 1024])
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=True,
+        ) as prof:
+            out = mlp(x)
+            del out
+    shape = model_shape(config, torch.float32)
+    term = _decoder_mlp(length, shape.text, 4, fuse) - length * 2 * 256 * 4  # minus residual, input
+    assert _peak(prof) == term
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dequant_work_is_the_dequantize_peak(dtype: torch.dtype) -> None:
     """DEQUANT_WORK against the profiler's peak of the engine's own dequantize."""
@@ -160,12 +192,17 @@ def _peak(prof: Any) -> int:
     return peak
 
 
-async def test_estimate_covers_the_measured_peak(tmp_path: Path, tiny_store: ModelStore) -> None:
+@pytest.mark.parametrize("revision", ["bf16", "awq"])  # awq: int4, fused projections
+async def test_estimate_covers_the_measured_peak(
+    tmp_path: Path, tiny_store: ModelStore, revision: str
+) -> None:
     """The allocator's peak on the engine's worker thread (the profiler records one
     thread) for a vision-dominated and a prefill-dominated request. (The decode phase of
     this tiny model is too small to measure against the fixed workspace; the GPU bench
     covers long answers on the full-size architecture.)"""
-    w = await start(tmp_path, tiny_store, max_pixels=896 * 896, max_new_tokens_limit=4096)
+    w = await start(
+        tmp_path, tiny_store, revision=revision, max_pixels=896 * 896, max_new_tokens_limit=4096
+    )
     cases = [
         ([(896, 672)], 2),  # one large image: the vision tower
         ([(448, 448), (640, 480), (896, 600)], 2),  # many image tokens: prefill

@@ -103,7 +103,8 @@ def test_dequantizing_prefill_counts_the_largest_layer() -> None:
     assert extra == 3584 * 18944 * DEQUANT_WORK * 2  # gate/up/down, bf16
     assert estimate(short, dequant).prefill == estimate(short, plain).prefill
     fused = model_shape(awq, torch.bfloat16, dequant_rows=256, fused_projections=True)
-    doubled = estimate(long, fused).prefill - estimate(long, plain).prefill
+    fused_plain = model_shape(awq, torch.bfloat16, fused_projections=True)
+    doubled = estimate(long, fused).prefill - estimate(long, fused_plain).prefill
     assert doubled == 2 * extra  # gate and up dequantized as one weight
     bf16_model = Qwen2_5_VLConfig(**QWEN25_7B)  # not AWQ: the setting does nothing
     assert model_shape(bf16_model, torch.bfloat16, dequant_rows=256).dequant_rows == 0

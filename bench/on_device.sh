@@ -35,7 +35,7 @@ command_for() {
     web) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --web --workdir $W" ;;
     a10) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --workdir $W" ;;
     3b) echo "python3 bench/bench_decode.py --arch 3b --workdir $W" ;;
-    admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 300 --prefill-dequant-rows 256 --workdir $W" ;;
+    admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
@@ -46,7 +46,7 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision) echo 150 ;; gputests) echo 240 ;; admission) echo 430 ;; *) echo 400 ;;
+    vision) echo 150 ;; gputests) echo 240 ;; admission) echo 500 ;; *) echo 400 ;;
     esac
 }
 

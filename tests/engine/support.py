@@ -299,3 +299,26 @@ def build_family_model(family: str, out: Path, seed: int = 0) -> Path:
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out
+
+
+def prefill_logits(
+    loaded: Any, images: list[Any], question: str = "What shapes are there?"
+) -> torch.Tensor:
+    """Float logits of every prompt position for one question about ``images`` (a
+    :class:`~qwen_ui.engine.pipelines.Loaded`), through the model's own forward."""
+    from qwen_ui.engine.generate import prompt_positions
+    from qwen_ui.engine.pipelines import Turn
+
+    embeddings = [loaded.vision.encode(i) for i in images]
+    prompt = loaded.language.build_prompt([Turn(question, len(images))], embeddings)
+    model = loaded.language.model
+    positions, _ = prompt_positions(model, prompt)
+    with torch.inference_mode():
+        out = model(
+            input_ids=prompt.input_ids,
+            position_ids=positions,
+            mm_encoder_outputs={"image": prompt.encoder_outputs(model.device)},
+            image_grid_thw=prompt.image_grid_thw,
+            mm_token_type_ids=prompt.mm_token_type_ids,
+        )
+    return out.logits[0].float()

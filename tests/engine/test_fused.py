@@ -17,7 +17,6 @@ from qwen_ui.engine.generate import (
     DecodeMode,
     Generation,
     SamplingOptions,
-    prompt_positions,
     run,
 )
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
@@ -26,7 +25,7 @@ from qwen_ui.settings import Settings
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, tiny_settings
-from tests.engine.support import build_family_model, write_awq_checkpoint
+from tests.engine.support import build_family_model, prefill_logits, write_awq_checkpoint
 
 IMAGES = [Image.new("RGB", (100, 80), (255, 0, 0)), Image.effect_noise((90, 90), 60).convert("RGB")]
 
@@ -68,24 +67,8 @@ def test_seven_int4_layers_per_decoder_layer_become_four(pair: tuple[Loaded, Loa
     assert not any(n.endswith((".q_proj", ".k_proj", ".gate_proj")) for n in fused)
 
 
-def prefill_logits(loaded: Loaded) -> torch.Tensor:
-    embeddings = [loaded.vision.encode(i) for i in IMAGES]
-    prompt = loaded.language.build_prompt([Turn("What shapes are there?", 2)], embeddings)
-    model = loaded.language.model
-    positions, _ = prompt_positions(model, prompt)
-    with torch.inference_mode():
-        out = model(
-            input_ids=prompt.input_ids,
-            position_ids=positions,
-            mm_encoder_outputs={"image": prompt.encoder_outputs(model.device)},
-            image_grid_thw=prompt.image_grid_thw,
-            mm_token_type_ids=prompt.mm_token_type_ids,
-        )
-    return out.logits[0].float()
-
-
 def test_prefill_logits_are_the_same(pair: tuple[Loaded, Loaded]) -> None:
-    plain, fused = (prefill_logits(p) for p in pair)
+    plain, fused = (prefill_logits(p, IMAGES) for p in pair)
     assert torch.allclose(plain, fused, rtol=0, atol=1e-5), float((plain - fused).abs().max())
 
 

@@ -14,13 +14,14 @@ from PIL import Image
 
 from qwen_ui.demo import scenes
 from qwen_ui.engine.awq import Int4Linear, dequantize_for_kernel
-from qwen_ui.engine.generate import Generation, SamplingOptions, prompt_positions, run
+from qwen_ui.engine.generate import Generation, SamplingOptions, run
 from qwen_ui.engine.loading import fuse_prefill_dequantize
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import DEMO_MODEL_ID
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID
+from tests.engine.support import prefill_logits
 
 ROWS = 16  # the tiny prompts are longer than this; a decode step (1 row) is not
 
@@ -40,22 +41,6 @@ SCENES = [
     Image.new("RGB", (60, 120), (0, 0, 255)),
     Image.new("RGB", (90, 90), (0, 160, 0)),
 ]
-
-
-def prefill_logits(loaded: Loaded, count: int) -> torch.Tensor:
-    embeddings = [loaded.vision.encode(i) for i in SCENES[:count]]
-    prompt = loaded.language.build_prompt([Turn("What shapes are there?", count)], embeddings)
-    model = loaded.language.model
-    positions, _ = prompt_positions(model, prompt)
-    with torch.inference_mode():
-        out = model(
-            input_ids=prompt.input_ids,
-            position_ids=positions,
-            mm_encoder_outputs={"image": prompt.encoder_outputs(model.device)},
-            image_grid_thw=prompt.image_grid_thw,
-            mm_token_type_ids=prompt.mm_token_type_ids,
-        )
-    return out.logits[0].float()
 
 
 def test_layers_keep_the_awq_tensors_only_when_asked(pair: tuple[Loaded, Loaded]) -> None:
@@ -102,9 +87,9 @@ def test_prefill_logits_match_the_int4_path(
         calls.append(1)
         return original(self, dtype)
 
-    reference = prefill_logits(pair[0], count)
+    reference = prefill_logits(pair[0], SCENES[:count])
     monkeypatch.setattr(Int4Linear, "dequantized_weight", spy)
-    dequant = prefill_logits(pair[1], count)
+    dequant = prefill_logits(pair[1], SCENES[:count])
     assert calls  # the long prompt really took the dequantized path
     cosine = torch.nn.functional.cosine_similarity(reference, dequant, dim=-1)
     assert float(cosine.min()) >= 0.999

@@ -72,7 +72,7 @@ def write_calibration(out: Path, n: int) -> Path:
 # --- step 3: the official layout -------------------------------------------------------
 
 
-def official_state(gptq: Path, tied: bool) -> dict[str, torch.Tensor]:
+def official_state(gptq: Path, tied: bool, layers: int) -> dict[str, torch.Tensor]:
     """gptqmodel's tensors under the official names, floats in fp16; checks that exactly
     the language model's linears are quantized."""
     state: dict[str, torch.Tensor] = {}
@@ -82,15 +82,14 @@ def official_state(gptq: Path, tied: bool) -> dict[str, torch.Tensor]:
                 continue
             value = tensor if not tensor.is_floating_point() else tensor.to(torch.float16)
             state[awq_format.to_legacy_key(key)] = value.contiguous()
-    check_quantized(state)
+    check_quantized(state, layers)
     return state
 
 
-def check_quantized(state: dict[str, torch.Tensor]) -> None:
-    layers = range(int(modelcfg.TEXT["num_hidden_layers"]))  # type: ignore[call-overload]
+def check_quantized(state: dict[str, torch.Tensor], layers: int) -> None:
     expected = {
         f"model.layers.{i}.{block}.{name}"
-        for i in layers
+        for i in range(layers)
         for block, names in LINEARS.items()
         for name in names
     }
@@ -152,7 +151,8 @@ def write_official(gptq: Path, src: Path, out: Path) -> None:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(src))
-    state = official_state(gptq, bool(config.tie_word_embeddings))
+    layers = int(config.text_config.num_hidden_layers)
+    state = official_state(gptq, bool(config.tie_word_embeddings), layers)
     if out.exists():
         for old in out.glob("*.safetensors*"):
             old.unlink()

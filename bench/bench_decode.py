@@ -67,10 +67,10 @@ from _checkpoints import (
 from PIL import Image
 from transformers import AutoProcessor
 
-from qwen_ui.engine.awq import dequantize_awq
+from qwen_ui.engine.awq import QUANT_SUFFIXES, dequantize_awq
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Done, Token
-from qwen_ui.engine.loading import QUANT_SUFFIXES, _read_tensors, rename
+from qwen_ui.engine.loading import _read_tensors, rename
 from qwen_ui.settings import Settings
 from qwen_ui.state import MemoryState
 

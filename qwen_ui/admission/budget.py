@@ -38,8 +38,12 @@ def request_budget(
 
 def pool_reserve(settings: Settings, device: torch.device) -> int:
     """Bytes the decode worker may keep in idle static caches between requests."""
-    static = decode_mode_for(settings.decode_mode, device.type) == "static"
-    return settings.static_cache_pool_bytes if static else 0
+    return settings.static_cache_pool_bytes if decodes_static(settings, device) else 0
+
+
+def decodes_static(settings: Settings, device: torch.device) -> bool:
+    """Whether the engine decodes into static (pooled, bucketed) KV caches on ``device``."""
+    return decode_mode_for(settings.decode_mode, device.type) == "static"
 
 
 def resident_bytes(device: torch.device) -> int:

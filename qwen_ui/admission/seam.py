@@ -43,7 +43,7 @@ from qwen_ui.admission.sizing import (
 from qwen_ui.engine.conversations import StoredTurn
 from qwen_ui.engine.engine import AskRequest, Engine
 from qwen_ui.engine.events import Event, Stage
-from qwen_ui.engine.generate import CACHE_BUCKET, decode_mode_for
+from qwen_ui.engine.generate import CACHE_BUCKET
 from qwen_ui.engine.images import CheckedImage
 from qwen_ui.engine.pipelines import compute_dtype, pick_device
 from qwen_ui.settings import Settings
@@ -162,8 +162,7 @@ class EngineAdmission:
         )
 
     def _cache_bucket(self) -> int:
-        static = decode_mode_for(self.settings.decode_mode, self.device.type) == "static"
-        return CACHE_BUCKET if static else 0
+        return CACHE_BUCKET if budgets.decodes_static(self.settings, self.device) else 0
 
     def _max_new_tokens(self, request: AskRequest) -> int:
         wanted = request.options.max_new_tokens

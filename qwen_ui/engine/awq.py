@@ -28,6 +28,7 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
+QUANT_SUFFIXES = ("qweight", "qzeros", "scales")  # an AWQ linear's tensors
 PACK = 8  # int4 values per int32
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)

@@ -22,6 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from qwen_ui.engine.awq import QUANT_SUFFIXES
+from qwen_ui.engine.errors import UnsupportedModel
+
 ATTENTION_CLASSES = ("Qwen2VLAttention", "Qwen2_5_VLAttention")
 MLP_CLASSES = ("Qwen2MLP",)
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -75,12 +78,12 @@ def concat_awq(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The AWQ ``qweight, qzeros, scales`` (and bias) of one linear that computes the
     prefixes' outputs side by side."""
-    parts = [[tensors[f"{p}.{leaf}"] for p in prefixes] for leaf in ("qweight", "qzeros", "scales")]
+    parts = [[tensors[f"{p}.{leaf}"] for p in prefixes] for leaf in QUANT_SUFFIXES]
     qweight, qzeros, scales = (torch.cat(p, dim=1) for p in parts)
     biases = [tensors.get(f"{p}.bias") for p in prefixes]
     present = [b for b in biases if b is not None]
     if present and len(present) != len(biases):
-        raise ValueError(f"some of {prefixes} have a bias and some do not")
+        raise UnsupportedModel(reason=f"some of {prefixes} have a bias and some do not")
     return qweight, qzeros, scales, torch.cat(present) if present else None
 
 

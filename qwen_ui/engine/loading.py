@@ -24,12 +24,17 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText
 
 from qwen_ui.engine import fused
-from qwen_ui.engine.awq import Int4Linear, awq_settings, dequantize_awq, dequantize_for_kernel
+from qwen_ui.engine.awq import (
+    QUANT_SUFFIXES,
+    Int4Linear,
+    awq_settings,
+    dequantize_awq,
+    dequantize_for_kernel,
+)
 from qwen_ui.engine.errors import UnsupportedModel
 
 log = logging.getLogger(__name__)
 
-QUANT_SUFFIXES = ("qweight", "qzeros", "scales")
 # Published (transformers 4) key prefixes → transformers 5 module names.
 RENAMES = (("visual.", "model.visual."), ("model.", "model.language_model."))
 VISION_PREFIX = "model.visual."

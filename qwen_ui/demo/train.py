@@ -28,7 +28,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,7 @@ class Encoder:
         self.processor = AutoProcessor.from_pretrained(str(processor_dir))
         image = self.processor.image_processor
         if max_pixels is not None:  # smaller images for CPU probes (not for real runs)
-            image.size = {"shortest_edge": modelcfg.MIN_PIXELS, "longest_edge": max_pixels}
+            image.size = replace(image.size, longest_edge=max_pixels)
         self.image = image
         self.mean = torch.tensor(image.image_mean)[None, :, None]
         self.std = torch.tensor(image.image_std)[None, :, None]
@@ -166,34 +166,55 @@ def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> t
 
 N_SHAPE = 1 + len(scenes.SHAPES)  # auxiliary classes: 0 = background, then SHAPES
 N_COLOUR = 1 + len(scenes.COLOURS)  # 0 = background, then COLOURS
+N_JOINT = 1 + len(scenes.SHAPES) * len(scenes.COLOURS)  # 0 = none, then (shape, colour)
 BLOCK = PATCH * MERGE  # one merged visual token covers BLOCK x BLOCK resized pixels
 
 
-def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
-    """Auxiliary vision labels of one image: per merged visual token (raster order, as the
-    ``<|image_pad|>`` tokens), the (shape, colour) class of the shape covering most of its
-    block, or (0, 0) when shapes cover less than a quarter of it. ``grid_h``/``grid_w`` are
-    the image's patch grid (``image_grid_thw``)."""
+def joint_code(shape: scenes.Shape) -> int:
+    """The (shape, colour) class of ``shape``: 1 + shape index x colours + colour index."""
     colours = list(scenes.COLOURS)
+    return 1 + scenes.SHAPES.index(shape.kind) * len(colours) + colours.index(shape.colour)
+
+
+def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
+    """Auxiliary vision labels of one image, per merged visual token (raster order, as the
+    ``<|image_pad|>`` tokens), three columns: the (shape, colour) class of the shape covering
+    most of its block, or (0, 0) when shapes cover less than a quarter of it; and the joint
+    class (:func:`joint_code`) of the shape whose centre lies in the block, else 0, so that
+    each shape has exactly one token that names it (what counting needs).
+    ``grid_h``/``grid_w`` are the image's patch grid (``image_grid_thw``)."""
+    n_colours = len(scenes.COLOURS)
     mask = Image.new("RGB", (scene.width, scene.height), (0, 0, 0))
     draw = ImageDraw.Draw(mask)
     for s in scene.shapes:
-        code = 1 + scenes.SHAPES.index(s.kind) * len(colours) + colours.index(s.colour)
-        scenes._draw_shape(draw, s.__class__(s.kind, s.colour, (code, 0, 0), s.cx, s.cy, s.r))
+        scenes._draw_shape(
+            draw, s.__class__(s.kind, s.colour, (joint_code(s), 0, 0), s.cx, s.cy, s.r)
+        )
     resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
     codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
     codes = codes.view(grid_h * PATCH, grid_w * PATCH, 3)[..., 0].long()
     blocks = codes.view(grid_h // MERGE, BLOCK, grid_w // MERGE, BLOCK).permute(0, 2, 1, 3)
-    n_codes = 1 + len(scenes.SHAPES) * len(colours)
     flat = blocks.reshape(-1, BLOCK * BLOCK)
-    offsets = torch.arange(flat.shape[0])[:, None] * n_codes
-    counts = torch.bincount((flat + offsets).reshape(-1), minlength=flat.shape[0] * n_codes)
-    counts = counts.view(-1, n_codes)
+    offsets = torch.arange(flat.shape[0])[:, None] * N_JOINT
+    counts = torch.bincount((flat + offsets).reshape(-1), minlength=flat.shape[0] * N_JOINT)
+    counts = counts.view(-1, N_JOINT)
     best = counts[:, 1:].argmax(1)
     covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
-    shape = torch.where(covered, best // len(colours) + 1, 0)
-    colour = torch.where(covered, best % len(colours) + 1, 0)
-    return torch.stack([shape, colour], dim=1)
+    shape = torch.where(covered, best // n_colours + 1, 0)
+    colour = torch.where(covered, best % n_colours + 1, 0)
+    return torch.stack([shape, colour, centre_labels(scene, grid_h, grid_w)], dim=1)
+
+
+def centre_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
+    """Per merged token: the joint class of the shape whose centre (after the processor's
+    resize) falls in its block, else 0."""
+    cols, rows = grid_w // MERGE, grid_h // MERGE
+    labels = torch.zeros(rows * cols, dtype=torch.long)
+    for s in scene.shapes:
+        col = min(cols - 1, int(s.cx * cols / scene.width))
+        row = min(rows - 1, int(s.cy * rows / scene.height))
+        labels[row * cols + col] = joint_code(s)
+    return labels
 
 
 def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> Batch:
@@ -247,8 +268,10 @@ class SceneBatches(IterableDataset[Batch]):
         kinds: tuple[str, ...] = scenes.KINDS,
         max_pixels: int | None = None,
         follow_up_share: float = 0.0,
+        kind_weights: dict[str, float] | None = None,
     ) -> None:
         self.processor_dir = processor_dir
+        self.weights = [(kind_weights or {}).get(k, 1.0) for k in kinds]
         self.batch_size = batch_size
         self.seed = seed
         self.kinds = kinds
@@ -257,7 +280,7 @@ class SceneBatches(IterableDataset[Batch]):
 
     def item(self, seed: int) -> scenes.Sample:
         rng = random.Random(seed)  # noqa: S311
-        item = scenes.sample(seed, kind=rng.choice(self.kinds))
+        item = scenes.sample(seed, kind=rng.choices(self.kinds, self.weights)[0])
         return scenes.with_follow_up(item) if rng.random() < self.follow_up_share else item
 
     def __iter__(self) -> Iterator[Batch]:
@@ -499,14 +522,20 @@ def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 class AuxHead(torch.nn.Module):
-    """Training-only linear heads on the merged visual tokens: each token's shape and colour
-    class (:func:`token_labels`). Not part of the saved model. Trained always (a linear
-    probe of what the vision tower encodes); its gradient reaches the vision tower scaled by
-    ``weight`` (0: a pure probe, the vision tower learns from the answers alone)."""
+    """Training-only linear heads on the merged visual tokens (:func:`token_labels`): each
+    token's shape and colour class, and the joint class of the shape centred in it. Not part
+    of the saved model. Trained always (a linear probe of what the vision tower encodes);
+    its gradient reaches the vision tower scaled by ``weight`` (0: a pure probe, the vision
+    tower learns from the answers alone)."""
 
     def __init__(self, width: int, weight: float) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(width, N_SHAPE + N_COLOUR)
+        self.proj = torch.nn.Linear(width, N_SHAPE + N_COLOUR + N_JOINT)
+        # zero start: a random head on a trained tower's large features gave a loss near 70
+        # and sent its noise into the tower; from zero the tower's gradient grows as the head
+        # learns
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
         self.weight = weight
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
@@ -515,19 +544,23 @@ class AuxHead(torch.nn.Module):
     def loss(
         self, feats: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Cross-entropy (shape + colour) and per-head correct counts on shape tokens."""
+        """Cross-entropy (shape + colour + centre) and correct counts: shape and colour on
+        tokens a shape covers, centre on the tokens holding a centre, and the tokens wrongly
+        called a centre."""
         out = self(feats)
-        shape_logits, colour_logits = out[:, :N_SHAPE], out[:, N_SHAPE:]
-        loss = F.cross_entropy(shape_logits, labels[:, 0]) + F.cross_entropy(
-            colour_logits, labels[:, 1]
-        )
-        on = labels[:, 0] > 0
+        parts = out.split([N_SHAPE, N_COLOUR, N_JOINT], dim=1)
+        loss = sum(F.cross_entropy(logits, labels[:, i]) for i, logits in enumerate(parts))
+        guess = [logits.argmax(1) for logits in parts]
+        on, centre = labels[:, 0] > 0, labels[:, 2] > 0
         stats = {
-            "shape_hit": (shape_logits.argmax(1) == labels[:, 0])[on].sum(),
-            "colour_hit": (colour_logits.argmax(1) == labels[:, 1])[on].sum(),
+            "shape_hit": (guess[0] == labels[:, 0])[on].sum(),
+            "colour_hit": (guess[1] == labels[:, 1])[on].sum(),
             "on": on.sum(),
+            "centre_hit": (guess[2] == labels[:, 2])[centre].sum(),
+            "centre": centre.sum(),
+            "centre_false": (guess[2] > 0)[~centre].sum(),
         }
-        return loss, stats
+        return torch.as_tensor(loss), stats
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -571,7 +604,9 @@ def evaluate(
 ) -> dict[str, Any]:
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     loss_sum = 0.0
-    probe = {"shape_hit": 0, "colour_hit": 0, "on": 0}
+    probe = dict.fromkeys(
+        ("shape_hit", "colour_hit", "on", "centre_hit", "centre", "centre_false"), 0
+    )
     model.eval()
     with torch.no_grad():
         for batch in batches:
@@ -590,10 +625,13 @@ def evaluate(
     acc = {k: round(v[0] / v[1], 4) for k, v in sorted(hits.items())}
     result: dict[str, Any] = {"loss": round(loss_sum / len(batches), 4), "acc": acc}
     if probe["on"]:
-        # per visual token covered by a shape: the auxiliary head's shape / colour accuracy
+        # per visual token covered by a shape: the auxiliary head's shape / colour accuracy;
+        # per token holding a shape's centre: its joint class; and false centres (a count)
         result["token_acc"] = {
             "shape": round(probe["shape_hit"] / probe["on"], 4),
             "colour": round(probe["colour_hit"] / probe["on"], 4),
+            "centre": round(probe["centre_hit"] / max(1, probe["centre"]), 4),
+            "centre_false": probe["centre_false"],
         }
     return result | {"n": hits["all"][1]}
 
@@ -620,6 +658,17 @@ def save(model: Any, out: Path, step: int) -> None:
     target = out / "model"
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(str(target), max_shard_size="12MB")
     log.info("saved step %d to %s", step, target)
+
+
+def parse_kind_weights(text: str) -> dict[str, float]:
+    """``count=3,exists=2`` as {kind: weight}; unknown kinds and negative weights are errors."""
+    weights = {}
+    for part in filter(None, text.split(",")):
+        kind, _, value = part.partition("=")
+        if kind not in scenes.KINDS or float(value) < 0:
+            raise argparse.ArgumentTypeError(f"bad kind weight {part!r}")
+        weights[kind] = float(value)
+    return weights
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -659,6 +708,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kinds",
         default=",".join(scenes.KINDS),
         help="comma-separated question types to train and evaluate on",
+    )
+    p.add_argument(
+        "--kind-weights",
+        type=parse_kind_weights,
+        default={},
+        help="sampling weights of question types, e.g. count=3,exists=2 (others 1)",
     )
     p.add_argument(
         "--follow-up-share",
@@ -758,6 +813,7 @@ def run(args: argparse.Namespace) -> None:
             kinds,
             args.max_pixels,
             args.follow_up_share,
+            args.kind_weights,
         ),
         batch_size=None,
         num_workers=args.workers,
@@ -809,10 +865,11 @@ def train_loop(
         loss = lm_loss + aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
-        norm = torch.nn.utils.clip_grad_norm_(
-            [p for g in opt.param_groups for p in g["params"]], 1.0
-        )
-        if torch.isfinite(norm):
+        # the model and the (training-only) head clipped apart: the head's gradient must not
+        # shrink the model's update
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        aux_norm = torch.nn.utils.clip_grad_norm_(aux.parameters(), 1.0)
+        if torch.isfinite(norm) and torch.isfinite(aux_norm):
             opt.step()
         else:
             skipped += 1

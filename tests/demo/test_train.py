@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+from collections import Counter
+
+import pytest
 import torch
 
 from qwen_ui.demo import modelcfg, scenes, train
@@ -18,8 +22,8 @@ def scene() -> scenes.Scene:
 
 def test_token_labels_mark_the_covering_shape() -> None:
     labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
-    assert labels.shape == (6 * 8, 2)
-    grid = labels.view(6, 8, 2)
+    assert labels.shape == (6 * 8, 3)
+    grid = labels[:, :2].reshape(6, 8, 2)
     red_square = (1 + scenes.SHAPES.index("square"), 1 + list(scenes.COLOURS).index("red"))
     blue_star = (1 + scenes.SHAPES.index("star"), 1 + list(scenes.COLOURS).index("blue"))
     # the square spans 16.5..67.5 px: it fills token (1, 1) (28..56 px); it covers only
@@ -32,6 +36,22 @@ def test_token_labels_mark_the_covering_shape() -> None:
     assert tuple(grid[5, 0].tolist()) == (0, 0)
     assert tuple(grid[0, 7].tolist()) == (0, 0)
     assert set(labels[:, 0].tolist()) == {0, red_square[0], blue_star[0]}
+
+
+def test_each_shape_names_itself_in_the_token_holding_its_centre() -> None:
+    labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
+    centres = labels[:, 2].view(6, 8)
+    red_square, blue_star = scene().shapes
+    # centres (42, 42) and (170, 112) px lie in 28 px blocks (1, 1) and (4, 6)
+    assert centres[1, 1] == train.joint_code(red_square)
+    assert centres[4, 6] == train.joint_code(blue_star)
+    assert int((centres > 0).sum()) == 2
+    codes = {
+        train.joint_code(scenes.Shape(k, c, (0, 0, 0), 0, 0, 1))
+        for k in scenes.SHAPES
+        for c in scenes.COLOURS
+    }
+    assert codes == set(range(1, train.N_JOINT))
 
 
 def test_token_labels_follow_the_resize() -> None:
@@ -102,8 +122,10 @@ def test_encoder_labels_one_row_per_image_token() -> None:
     item = scenes.sample(3, kind="multi_count")
     row = encode(item)
     n_tokens = int((row["input_ids"] == modelcfg.IMAGE_PAD_ID).sum())
-    assert row["vision_labels"].shape == (n_tokens, 2)
+    assert row["vision_labels"].shape == (n_tokens, 3)
     assert int((row["vision_labels"][:, 0] > 0).sum()) > 0
+    shapes = sum(len(s.shapes) for s in item.scenes)
+    assert 0 < int((row["vision_labels"][:, 2] > 0).sum()) <= shapes
 
 
 def test_scale_grad_keeps_values_and_scales_gradient() -> None:
@@ -118,13 +140,23 @@ def test_scale_grad_keeps_values_and_scales_gradient() -> None:
 def test_aux_head_with_weight_zero_is_only_a_probe() -> None:
     torch.manual_seed(0)
     feats = torch.randn(5, 384, requires_grad=True)
-    labels = torch.tensor([[0, 0], [1, 2], [2, 3], [3, 4], [4, 6]])
+    labels = torch.tensor([[0, 0, 0], [1, 2, 0], [2, 3, 9], [3, 4, 0], [4, 6, 24]])
     head = train.AuxHead(384, weight=0.0)
     loss, stats = head.loss(feats, labels)
     loss.backward()  # type: ignore[no-untyped-call]
     assert feats.grad is not None and float(feats.grad.abs().max()) == 0.0
     assert head.proj.weight.grad is not None and float(head.proj.weight.grad.abs().max()) > 0
-    assert int(stats["on"]) == 4
+    assert int(stats["on"]) == 4 and int(stats["centre"]) == 2
+
+
+def test_kind_weights_parse_and_steer_the_sampled_types() -> None:
+    assert train.parse_kind_weights("count=3,exists=0.5") == {"count": 3.0, "exists": 0.5}
+    for bad in ("counts=2", "count=-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            train.parse_kind_weights(bad)
+    batches = train.SceneBatches(train.WEIGHTS, 8, 1, kind_weights={"count": 0.0, "total": 20.0})
+    kinds = Counter(batches.item(seed).kind for seed in range(200))
+    assert kinds["count"] == 0 and kinds["total"] > 100
 
 
 def test_fresh_lm_keeps_the_vision_tower_and_reinitialises_the_language_model() -> None:

@@ -39,7 +39,7 @@ command_for() {
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
-    gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_static_decode.py tests/engine/test_awq_cuda.py" ;;
+    gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;
     *) return 1 ;;
     esac
 }

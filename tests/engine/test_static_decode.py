@@ -18,7 +18,6 @@ from qwen_ui.engine.generate import (
     SamplingOptions,
     cache_bytes,
     cache_length,
-    compiled_step,
     run,
 )
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
@@ -113,26 +112,6 @@ def test_cache_lengths_come_in_buckets() -> None:
     assert cache_length(1) == 256
     assert cache_length(256) == 256
     assert cache_length(257) == 512
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_compiled_static_step_matches_the_reference_on_cuda(tiny_store: ModelStore) -> None:
-    loaded = Pipelines(
-        tiny_store, ModelSpec(TINY_ID, "awq", "cuda", 3136, 112 * 112), EngineStatus()
-    ).load()
-    model = loaded.language.model
-    pool, step = CachePool(model), compiled_step(model)
-    for turns, count in CASES:
-        prompt = loaded.language.build_prompt(
-            turns, [loaded.vision.encode(i) for i in scenes()[:count]]
-        )
-        reference: list[int] = []
-        run(Generation(model, prompt, SamplingOptions(24)), [], reference.append, lambda: False)
-        tokens: list[int] = []
-        generation = Generation(model, prompt, SamplingOptions(24), "static", pool, step)
-        run(generation, [], tokens.append, lambda: False)
-        assert tokens == reference
 
 
 async def test_engine_answers_alike_in_both_decode_modes(

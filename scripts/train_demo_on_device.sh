@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One demo-model training run on the device GPU, inside one call (docs/demo-model.md,
+# "Training"). Continues from the shipped bf16 weights unless --init is given again.
+#
+#   bash scripts/train_demo_on_device.sh MINUTES [train.py options...]
+#
+# Writes under $OUT at most 4 files (the device returns 8): the model's shards, the
+# shard index and metrics.jsonl; the log (warnings dropped) goes to /tmp/train.log.
+# Uses the device's preinstalled torch and transformers: keep PYTHONPATH clear of the
+# benches' unpacked site folder.
+set -uo pipefail
+minutes=$1
+shift
+out=${OUT:-/tmp/out}
+run=/tmp/demo-run
+export PYTHONUNBUFFERED=1
+unset PYTHONPATH
+# the wall limit leaves a minute for start-up, the last evaluation and the save
+limit=$(python3 -c "print(int($minutes * 60 + 60))")
+timeout "$limit" python3 -m qwen_ui.demo.train --out "$run" --init qwen_ui/demo/weights/bf16 \
+    --steps 100000 --max-minutes "$minutes" --save-every-s 60 "$@" 2>&1 |
+    grep -v "Warning\|Writing model" >/tmp/train.log
+cp "$run"/model/*.safetensors "$run"/model/model.safetensors.index.json "$run"/metrics.jsonl \
+    "$out"/
+grep '"eval"' "$run"/metrics.jsonl | tail -n 3

@@ -38,6 +38,8 @@ command_for() {
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;
+    prefill) echo "python3 bench/profile_prefill.py --workdir $W" ;;
+    prefill-dequant) echo "python3 bench/profile_prefill.py --prefill-dequant-rows 256 --workdir $W" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
     gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;
     *) return 1 ;;

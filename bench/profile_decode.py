@@ -40,8 +40,10 @@ log = logging.getLogger("profile_decode")
 # kernel or operator name fragments (lower case) -> category, first match wins
 CATEGORIES = (
     ("int4 matmul", ("int4", "tinygemm")),
+    # Inductor's kernel for the prefill's dequantize (int4 nibbles shifted and masked)
+    ("dequantize", ("bitwise", "rshift")),
     ("attention", ("flash", "attention", "fmha", "sdpa", "softmax")),
-    ("bf16 matmul (lm head)", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
+    ("bf16 matmul (decode: the lm head)", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
     ("copies", ("copy", "memcpy", "memset", "cat")),
     ("fused elementwise (inductor)", ("triton",)),
     ("norm, rope, activations", ("norm", "rsqrt", "mul", "add", "silu", "pow", "mean", "neg")),

@@ -1,0 +1,163 @@
+"""Where the time to first token goes: the phases of one question about one 1024x768 image
+(the processor on the CPU, the vision tower, the prompt, the language model's prefill),
+each timed on its own, and ``torch.profiler`` kernel categories of the prefill, on the
+full-size Qwen2.5-VL-7B architecture (random weights, AWQ layout) through the engine's
+own pipelines.
+
+    python bench/profile_prefill.py --prefill-dequant-rows 256   # on the H200
+    python bench/profile_prefill.py --device cpu --arch tiny --reps 2   # CPU dry run
+
+A prefill with a cached image is the language-model phase alone (the embedding cache
+skips the processor and the vision tower). Prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+from _checkpoints import ARCH, DirStore, model_config, write_checkpoint
+from bench_decode import IMAGE_SIZE, question
+from PIL import Image
+from profile_decode import device_events, summarise
+from torch.profiler import ProfilerActivity, profile
+
+from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.status import EngineStatus
+
+log = logging.getLogger("profile_prefill")
+
+
+def load(path: Path, device: str, rows: int) -> Loaded:
+    spec = ModelSpec("bench/qwen2.5-vl-random", "awq", device, 3136, 1_003_520, rows)
+    return Pipelines(DirStore(path), spec, EngineStatus()).load()  # type: ignore[arg-type]
+
+
+def noise_image(seed: int) -> Image.Image:
+    small = Image.frombytes("RGB", (32, 32), random.Random(seed).randbytes(32 * 32 * 3))
+    return small.resize(IMAGE_SIZE, Image.Resampling.BILINEAR)
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    """``fn()`` and its wall milliseconds, the device synchronised before and after."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
+    sync(device)
+    t0 = time.perf_counter()
+    value = fn()
+    sync(device)
+    return value, (time.perf_counter() - t0) * 1000
+
+
+def phases(loaded: Loaded, text: str, seed: int, static: bool) -> dict[str, float]:
+    """Milliseconds of each phase of one uncached question."""
+    vision, language = loaded.vision, loaded.language
+    device = language.model.device
+    image = noise_image(seed)
+    _, processor_ms = timed(
+        lambda: vision.image_processor(images=[image], size=vision.size, return_tensors="pt"),
+        device,
+    )
+    _, encode_ms = timed(lambda: vision.encode(image), device)
+    embedding = vision.encode(image)
+    prompt, prompt_ms = timed(lambda: language.build_prompt([Turn(text, 1)], [embedding]), device)
+    generation = new_generation(loaded, prompt, static)
+    _, prefill_ms = timed(generation.prefill, device)
+    generation.release()
+    return {
+        "image_tokens": float(embedding.features.shape[0]),
+        "processor_ms": processor_ms,
+        "vision_ms": encode_ms - processor_ms,  # encode = processor + tower + copy to host
+        "prompt_ms": prompt_ms,
+        "prefill_ms": prefill_ms,
+        "total_ms": encode_ms + prompt_ms + prefill_ms,
+    }
+
+
+def new_generation(loaded: Loaded, prompt: Any, static: bool) -> Generation:
+    model = loaded.language.model
+    if not static:
+        return Generation(model, prompt, SamplingOptions(1))
+    pool = getattr(loaded, "_bench_pool", None) or CachePool(model)
+    loaded._bench_pool = pool  # type: ignore[attr-defined]
+    return Generation(model, prompt, SamplingOptions(1), "static", pool)
+
+
+def median_phases(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(sorted(r[k] for r in rows)[len(rows) // 2], 2) for k in rows[0]}
+
+
+def profile_prefill(loaded: Loaded, text: str, static: bool, reps: int) -> dict[str, Any]:
+    """Kernel categories of ``reps`` prefills of the same cached-image prompt."""
+    device = loaded.language.model.device
+    embedding = loaded.vision.encode(noise_image(0))
+    prompt = loaded.language.build_prompt([Turn(text, 1)], [embedding])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(reps):
+            generation = new_generation(loaded, prompt, static)
+            generation.prefill()
+            generation.release()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    cpu_ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
+    summary = summarise(device_events(prof, device), reps)
+    summary["top_cpu_ops"] = [
+        {
+            "name": e.key[:80],
+            "self_cpu_ms_per_prefill": round(e.self_cpu_time_total / 1000 / reps, 2),
+        }
+        for e in cpu_ops
+    ]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cuda = torch.cuda.is_available()
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--arch", choices=sorted(ARCH), default="7b")
+    p.add_argument("--device", default="cuda" if cuda else "cpu")
+    p.add_argument("--prefill-dequant-rows", type=int, default=0)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
+    args = p.parse_args(argv)
+    config = model_config(args.arch, None, None)
+    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    loaded = load(
+        write_checkpoint(args.workdir / name, config), args.device, args.prefill_dequant_rows
+    )
+    static = loaded.language.model.device.type == "cuda"  # the engine's decode mode there
+    text, n_question = question(loaded.language.tokenizer)
+    phases(loaded, text, 100, static)  # warm-up: kernels, compiled dequantize, allocator
+    rows = [phases(loaded, text, 101 + i, static) for i in range(args.reps)]
+    result = {
+        "command": "python bench/profile_prefill.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "device": torch.cuda.get_device_name() if cuda and args.device == "cuda" else "cpu",
+        "arch": name,
+        "prefill_dequant_rows": args.prefill_dequant_rows,
+        "decode_mode": "static" if static else "eager",
+        "question_tokens": n_question,
+        "phases_ms": median_phases(rows),
+        "cached_image_prefill": profile_prefill(loaded, text, static, args.reps),
+    }
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

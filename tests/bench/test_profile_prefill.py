@@ -1,0 +1,49 @@
+"""``bench/profile_prefill.py`` runs on the CPU with the tiny architecture: the phases of one
+uncached question add up, and the prefill's projections go through the int4 kernel, or
+(``--prefill-dequant-rows``) are dequantized and multiplied in floating point."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def profile(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "profile_prefill", BENCH / "profile_prefill.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.main(argv) == 0
+    finally:
+        sys.path.remove(str(BENCH))
+    return dict(json.loads(capsys.readouterr().out))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("rows", "int4_per_layer"), [(0, 4), (16, 0)])
+def test_prefill_phases_and_kernels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: int, int4_per_layer: int
+) -> None:
+    argv = ["--device", "cpu", "--arch", "tiny", "--reps", "1", "--workdir", str(tmp_path)]
+    result = profile([*argv, "--prefill-dequant-rows", str(rows)], capsys)
+    phases = result["phases_ms"]
+    assert isinstance(phases, dict) and phases["image_tokens"] > 0
+    parts = phases["processor_ms"] + phases["vision_ms"] + phases["prompt_ms"]
+    assert phases["total_ms"] == pytest.approx(parts + phases["prefill_ms"], abs=0.05)
+    layers = int(str(result["arch"]).split("-l")[1].split("-")[0])
+    kernels = result["cached_image_prefill"]
+    assert isinstance(kernels, dict)
+    categories = kernels["by_category"]
+    int4 = categories.get("int4 matmul", {"calls_per_step": 0})["calls_per_step"]
+    assert int4 == int4_per_layer * layers
+    assert (rows > 0) == ("dequantize" in categories)

@@ -19,6 +19,7 @@ per group, taking ``scales_and_zeros[k / g, n, 2]`` with ``[..., 0] = s`` and
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -76,7 +77,62 @@ def dequantize_for_kernel(
     return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
 
 
+def dequantize_tinygemm(
+    packed: torch.Tensor,
+    gather: torch.Tensor,
+    scales_and_zeros: torch.Tensor,
+    group_size: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``[out, in]`` in ``dtype`` from the CUDA kernel's own packed weight (no second copy
+    of the weight kept for prefill), computed as :func:`dequantize_for_kernel` does."""
+    work = torch.float32 if dtype == torch.float32 else KERNEL_DTYPE
+    q = unpack_tinygemm(packed, gather).t().to(work) - 8.0  # [in, out]
+    sz = scales_and_zeros.to(work).repeat_interleave(group_size, dim=0)
+    return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
+
+
+def _nibbles(words: torch.Tensor) -> torch.Tensor:
+    """int32 ``[..., w]`` → ``[..., 8 w]``: each word's nibbles, lowest bits first."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
+    return ((words.unsqueeze(-1) >> shifts) & 0xF).flatten(-2)
+
+
+def unpack_tinygemm(packed: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
+    """The CUDA kernel's ``packed[n / 8, k / (16 t), 32, t / 2]`` → int32 ``[n, k]`` of values
+    0..15. Each block of the packed tensor holds one ``[8, 16 t]`` tile of the matrix, its
+    ``128 t`` nibbles in an order fixed by ``t`` alone; ``gather`` (:func:`tile_gather`)
+    puts them back in row-major order."""
+    n_tiles, k_tiles = packed.shape[0], packed.shape[1]
+    values = _nibbles(packed.reshape(n_tiles, k_tiles, -1))[..., gather]
+    width = gather.numel() // 8
+    return values.view(n_tiles, k_tiles, 8, width).permute(0, 2, 1, 3).reshape(n_tiles * 8, -1)
+
+
+def pack_for_cuda(q: torch.Tensor, inner_k_tiles: int) -> torch.Tensor:
+    """int32 ``[n, k]`` of values 0..15 (on CUDA) → the kernel's packed weight."""
+    as_uint8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+    return torch._convert_weight_to_int4pack(as_uint8, inner_k_tiles)
+
+
+@functools.cache
+def tile_gather(device: torch.device, inner_k_tiles: int) -> torch.Tensor:
+    """For :func:`unpack_tinygemm`: which nibble of a packed block holds each position of
+    its ``[8, 16 t]`` tile, found by packing one tile whose values are their own positions,
+    four bits at a time."""
+    width = 16 * inner_k_tiles
+    positions = torch.arange(8 * width, dtype=torch.int32, device=device).view(8, width)
+    held = torch.zeros(8 * width, dtype=torch.int64, device=device)
+    for shift in range(0, (8 * width - 1).bit_length(), 4):
+        block = pack_for_cuda((positions >> shift) & 0xF, inner_k_tiles)
+        held |= _nibbles(block.reshape(-1)).long() << shift
+    return torch.argsort(held)
+
+
 Dequantize = Callable[[torch.Tensor, torch.Tensor, int, torch.dtype], torch.Tensor]
+DequantizePacked = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, int, torch.dtype], torch.Tensor
+]
 
 
 def kernel_fits(device: torch.device, out_features: int, in_features: int, group: int) -> bool:
@@ -113,6 +169,7 @@ class Int4Linear(nn.Module):
     scales_and_zeros: torch.Tensor
     weight: torch.Tensor
     awq_qweight: torch.Tensor
+    tile_gather: torch.Tensor
 
     def __init__(
         self, in_features: int, out_features: int, group_size: int, dtype: torch.dtype
@@ -127,8 +184,9 @@ class Int4Linear(nn.Module):
         # Inputs of more rows than this (a long prefill) take a dequantized weight instead
         # of the int4 kernel, which is slow at large batch; 0 = always the kernel.
         self.prefill_rows = 0
-        # how that weight is computed: the loader swaps in a compiled (fused) version on CUDA
+        # how that weight is computed: the loader swaps in compiled (fused) versions on CUDA
         self.dequantize: Dequantize = dequantize_for_kernel
+        self.dequantize_packed: DequantizePacked = dequantize_tinygemm
 
     @classmethod
     def from_awq(
@@ -148,10 +206,10 @@ class Int4Linear(nn.Module):
         layer = cls(in_features, out_features, group_size, dtype)
         qweight, qzeros, scales = (t.to(device) for t in (qweight, qzeros, scales))
         if kernel_fits(device, out_features, in_features, group_size):
-            layer._set_kernel_weights(qweight, qzeros, scales, device)
+            q = layer._set_kernel_weights(qweight, qzeros, scales, device)
             if prefill_rows > 0:
                 layer.prefill_rows = prefill_rows
-                layer.register_buffer("awq_qweight", qweight.contiguous())
+                layer._keep_prefill_source(q, qweight)
         else:
             weight = dequantize_awq(qweight, qzeros, scales, group_size).to(dtype)
             layer.register_buffer("weight", weight)
@@ -162,17 +220,31 @@ class Int4Linear(nn.Module):
 
     def _set_kernel_weights(
         self, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, dev: torch.device
-    ) -> None:
+    ) -> torch.Tensor:
+        """The kernel's packed weight and scales; returns the int4 values ``[n, k]``."""
         q = unpack_awq(qweight).t().contiguous()  # int32 [n, k]
         if dev.type == "cuda":
-            as_uint8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
-            packed = torch._convert_weight_to_int4pack(as_uint8, _inner_k_tiles(self.in_features))
+            packed = pack_for_cuda(q, _inner_k_tiles(self.in_features))
         else:
             packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
         self.register_buffer("packed", packed)
         self.register_buffer(
             "scales_and_zeros", kernel_scales_and_zeros(qzeros, scales, KERNEL_DTYPE)
         )
+        return q
+
+    def _keep_prefill_source(self, q: torch.Tensor, qweight: torch.Tensor) -> None:
+        """What a long prefill dequantizes from: on CUDA the kernel's own packed weight
+        (nothing more kept) when :func:`unpack_tinygemm` gives ``q`` back exactly, checked
+        here for every layer; otherwise a copy of AWQ's ``qweight`` (4 more bits per
+        weight)."""
+        if q.is_cuda:
+            gather = tile_gather(q.device, _inner_k_tiles(self.in_features))
+            if torch.equal(unpack_tinygemm(self.packed, gather), q):
+                self.register_buffer("tile_gather", gather, persistent=False)
+                return
+            log.warning("int4 layout not recognised: prefill keeps a copy of the AWQ weight")
+        self.register_buffer("awq_qweight", qweight.contiguous())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dequantized:
@@ -198,9 +270,13 @@ class Int4Linear(nn.Module):
         return out.reshape(*shape[:-1], self.out_features)
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """``[out, in]`` in ``dtype`` from the kept ``qweight`` (only with ``prefill_rows``);
-        see :func:`dequantize_for_kernel`."""
-        return self.dequantize(self.awq_qweight, self.scales_and_zeros, self.group_size, dtype)
+        """``[out, in]`` in ``dtype`` (only with ``prefill_rows``): from the kernel's packed
+        weight (:func:`dequantize_tinygemm`) or the kept AWQ ``qweight``
+        (:func:`dequantize_for_kernel`)."""
+        sz, group = self.scales_and_zeros, self.group_size
+        if hasattr(self, "tile_gather"):
+            return self.dequantize_packed(self.packed, self.tile_gather, sz, group, dtype)
+        return self.dequantize(self.awq_qweight, sz, group, dtype)
 
     def extra_repr(self) -> str:
         path = "dequantized" if self.dequantized else "int4 kernel"

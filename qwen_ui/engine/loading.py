@@ -30,6 +30,7 @@ from qwen_ui.engine.awq import (
     awq_settings,
     dequantize_awq,
     dequantize_for_kernel,
+    dequantize_tinygemm,
 )
 from qwen_ui.engine.errors import UnsupportedModel
 
@@ -135,9 +136,11 @@ def fuse_prefill_dequantize(model: Any) -> None:
     full-size passes per layer and a prefill runs it for every layer). It compiles once
     per distinct layer shape, on the first long prompt."""
     fused = torch.compile(dequantize_for_kernel, dynamic=False)
+    fused_packed = torch.compile(dequantize_tinygemm, dynamic=False)
     for module in model.modules():
         if isinstance(module, Int4Linear) and module.prefill_rows:
             module.dequantize = fused
+            module.dequantize_packed = fused_packed
 
 
 def _read_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:

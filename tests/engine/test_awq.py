@@ -9,6 +9,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from qwen_ui.engine import awq
 from qwen_ui.engine.awq import (
     Int4Linear,
     awq_settings,
@@ -190,3 +191,40 @@ def test_int4_logits_and_greedy_tokens_match_dequantized_reference(
         )
         tokens.append(got)
     assert tokens[0] == tokens[1] and len(tokens[0]) == 12
+
+
+def tinygemm_pack(q: torch.Tensor, tiles: int) -> torch.Tensor:
+    """The CUDA packing rule (``matrix_to_m16n8k16_Bint4_layout`` in PyTorch's int4mm.cu),
+    written out in Python: lane ``t`` of block (n-tile, k-tile) holds row ``t // 4`` and
+    bytes ``t % 4 (+4, +8, +12)`` of each pair of 16-wide k-tiles; high nibbles (even
+    columns) in the low half of the int32, low nibbles (odd columns) in the high half."""
+    n, k = q.shape
+    as_bytes = (q[:, ::2] << 4 | q[:, 1::2]).long()  # [n, k / 2]
+    out = torch.zeros(n // 8, k // (16 * tiles), 32, tiles // 2, dtype=torch.int64)
+    for n_tile in range(n // 8):
+        for k_tile in range(k // (16 * tiles)):
+            for t in range(32):
+                for pair in range(0, tiles, 2):
+                    base = (k_tile * tiles + pair) * 8 + t % 4
+                    v = as_bytes[n_tile * 8 + t // 4, [base, base + 4, base + 8, base + 12]]
+                    word = sum(int(v[i] >> 4) << (4 * i) for i in range(4))
+                    word += sum(int(v[i] & 0xF) << (16 + 4 * i) for i in range(4))
+                    out[n_tile, k_tile, t, pair // 2] = word
+    return torch.where(out >= 2**31, out - 2**32, out).to(torch.int32)
+
+
+@pytest.mark.parametrize("tiles", [2, 4, 8])
+def test_tinygemm_unpacking_inverts_the_kernels_packing_rule(
+    tiles: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU, against the packing rule written out; on the GPU,
+    ``tests/engine/test_awq_cuda.py`` checks the same against the kernel's own packing."""
+    monkeypatch.setattr(awq, "pack_for_cuda", tinygemm_pack)
+    gather = awq.tile_gather.__wrapped__(torch.device("cpu"), tiles)  # uncached
+    torch.manual_seed(tiles)
+    q = torch.randint(0, 16, (16, 32 * tiles), dtype=torch.int32)
+    assert torch.equal(awq.unpack_tinygemm(tinygemm_pack(q, tiles), gather), q)
+    sz = torch.randn(32 * tiles // 32, 16, 2).to(torch.bfloat16)
+    reference = awq.dequantize_for_kernel(awq_pack(q.t().contiguous()), sz, 32, torch.float32)
+    dequantized = awq.dequantize_tinygemm(tinygemm_pack(q, tiles), gather, sz, 32, torch.float32)
+    assert torch.equal(dequantized, reference)

@@ -9,7 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from qwen_ui.engine.awq import Int4Linear, dequantize_awq
+from qwen_ui.engine.awq import (
+    Int4Linear,
+    dequantize_awq,
+    dequantize_for_kernel,
+    pack_for_cuda,
+    tile_gather,
+    unpack_tinygemm,
+)
 from qwen_ui.engine.generate import Generation, Prompt, SamplingOptions, run
 from qwen_ui.engine.loading import load_model
 from tests.engine.support import awq_pack, awq_quantize
@@ -36,6 +43,23 @@ def test_cuda_kernel_matches_dequantized_reference(cuda: torch.device) -> None:
     out = layer(x.to(cuda, torch.bfloat16)).float().cpu()
     cosine = nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0)
     assert cosine.item() >= 0.999
+
+
+@pytest.mark.parametrize("tiles", [2, 4, 8])
+def test_the_kernels_packing_unpacks_exactly(cuda: torch.device, tiles: int) -> None:
+    torch.manual_seed(tiles)
+    q = torch.randint(0, 16, (48, 16 * tiles * 3), dtype=torch.int32, device=cuda)
+    assert torch.equal(unpack_tinygemm(pack_for_cuda(q, tiles), tile_gather(cuda, tiles)), q)
+
+
+def test_prefill_dequantizes_from_the_kernels_own_weight(cuda: torch.device) -> None:
+    torch.manual_seed(1)
+    q, z, s = awq_quantize(torch.randn(512, 1024) * 0.05)
+    qweight, qzeros = awq_pack(q), awq_pack(z)
+    layer = Int4Linear.from_awq(qweight, qzeros, s, None, 128, cuda, torch.bfloat16, 16)
+    assert hasattr(layer, "tile_gather") and not hasattr(layer, "awq_qweight")  # no copy kept
+    reference = dequantize_for_kernel(qweight.to(cuda), layer.scales_and_zeros, 128, torch.bfloat16)
+    assert torch.equal(layer.dequantized_weight(torch.bfloat16), reference)
 
 
 def test_cuda_awq_model_generates_like_cpu_reference(

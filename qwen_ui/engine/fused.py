@@ -10,12 +10,6 @@ gives the module a forward that splits the result: seven int4 calls per decoder 
 become four. Only for the classes whose stock forward this module reproduces (Qwen2-VL's
 and Qwen2.5-VL's text attention, their MLP); ``tests/engine/test_fused.py`` pins the
 fused model's logits to the unfused one's.
-
-The same forward gives a decode step's attention (one query token) the query heads of each
-K/V head as that head's query rows (:func:`decode_attention`): SDPA then reads the KV
-cache once per K/V head, where the stock path under ``torch.compile`` copies the whole
-cache once per query head first (``repeat_kv``; 0.58 of 4.03 ms of a 7B decode step on
-the H200, ``bench/profile_decode.py``).
 """
 
 from __future__ import annotations
@@ -139,11 +133,7 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
         q, k = rotary(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
-        implementation = attn.config._attn_implementation
-        if q_len == 1 and implementation == "sdpa" and attn.num_key_value_groups > 1:
-            out = decode_attention(q, k, v, attention_mask, attn.scaling)
-            return attn.o_proj(out.reshape(bsz, q_len, -1)), None
-        interface = functions.get_interface(implementation, eager)
+        interface = functions.get_interface(attn.config._attn_implementation, eager)
         out, weights = interface(
             attn,
             q,
@@ -160,18 +150,3 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
         return attn.o_proj(out), weights
 
     return forward
-
-
-def decode_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
-) -> torch.Tensor:
-    """Attention of one query token (``q``: batch, heads, 1, dim) over grouped K/V heads
-    (``k``/``v``: batch, kv heads, length, dim), without repeating K/V per query head: each
-    K/V head's group of query heads become its query rows. ``mask`` (batch, 1, 1, length)
-    broadcasts over them. Returns batch, 1, heads, dim, as the attention interfaces do."""
-    batch, heads, _, dim = q.shape
-    packed = q.reshape(batch, k.shape[1], heads // k.shape[1], dim)
-    if mask is not None:
-        mask = mask[:, :, :, : k.shape[-2]]
-    out = nn.functional.scaled_dot_product_attention(packed, k, v, attn_mask=mask, scale=scale)
-    return out.reshape(batch, heads, 1, dim).transpose(1, 2)

@@ -12,7 +12,6 @@ from PIL import Image
 
 from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.engine import Engine
-from qwen_ui.engine.fused import decode_attention
 from qwen_ui.engine.generate import (
     CachePool,
     DecodeMode,
@@ -110,24 +109,3 @@ def test_the_setting_reaches_the_engine(tmp_path: Path, tiny_store: ModelStore) 
         engine = Engine(settings, tiny_store, MemoryState(), EngineStatus())
         assert engine.pipelines.spec.fuse_projections is value
     assert Settings(home=tmp_path).fuse_projections is True  # on by default
-
-
-@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "static-cache-mask"])
-def test_decode_attention_is_sdpa_over_repeated_heads(masked: bool) -> None:
-    torch.manual_seed(0)
-    q, k, v = torch.randn(2, 6, 1, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
-    mask = None
-    if masked:  # a static cache: the last slots are empty
-        mask = torch.ones(2, 1, 1, 12, dtype=torch.bool)
-        mask[0, ..., 5:] = False
-        mask[1, ..., 7:] = False
-    reference = torch.nn.functional.scaled_dot_product_attention(
-        q,
-        k.repeat_interleave(3, dim=1),
-        v.repeat_interleave(3, dim=1),
-        attn_mask=None if mask is None else mask[..., :9],
-        scale=0.25,
-    ).transpose(1, 2)
-    out = decode_attention(q, k, v, mask, 0.25)
-    assert out.shape == (2, 1, 6, 16)
-    torch.testing.assert_close(out, reference)

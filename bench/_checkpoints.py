@@ -176,6 +176,17 @@ def _int32(shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
     )
 
 
+def arch_checkpoint(
+    workdir: Path, arch: str, layers: int | None = None, depth: int | None = None
+) -> tuple[str, Path]:
+    """The architecture's name (``7b-l28-d32``) and its random checkpoint under ``workdir``,
+    written on first use (:func:`write_checkpoint`)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = model_config(arch, layers, depth)
+    name = f"{arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
+    return name, write_checkpoint(workdir / name, config)
+
+
 def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path:
     """A random AutoAWQ checkpoint (about 7 GB for the 7B architecture), written once."""
     if (out / "config.json").exists():

@@ -48,9 +48,8 @@ from _checkpoints import (
     A10_LIMIT,
     ARCH,
     DirStore,
+    arch_checkpoint,
     limit_device_memory,
-    model_config,
-    write_checkpoint,
 )
 from PIL import Image
 
@@ -388,11 +387,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    config = model_config(args.arch, args.layers, args.depth)
-    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
     t0 = time.perf_counter()
-    path = write_checkpoint(args.workdir / name, config)
+    name, path = arch_checkpoint(args.workdir, args.arch, args.layers, args.depth)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -60,9 +60,8 @@ from _checkpoints import (
     A10_LIMIT,
     ARCH,
     DirStore,
+    arch_checkpoint,
     limit_device_memory,
-    model_config,
-    write_checkpoint,
 )
 from PIL import Image
 from transformers import AutoProcessor
@@ -559,12 +558,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    args.workdir.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
-    config = model_config(args.arch, args.layers, args.depth)
-    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
     t0 = time.perf_counter()
-    path = write_checkpoint(args.workdir / name, config)
+    name, path = arch_checkpoint(args.workdir, args.arch, args.layers, args.depth)
     if device.type == "cuda" and args.a10:
         limit_device_memory(device, A10_LIMIT)
     result: dict[str, Any] = {

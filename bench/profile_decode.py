@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import ARCH, DirStore, model_config, write_checkpoint
+from _checkpoints import ARCH, DirStore, arch_checkpoint
 from bench_decode import copy_bandwidth, decode_bytes
 from torch.profiler import ProfilerActivity, profile
 
@@ -43,7 +43,7 @@ CATEGORIES = (
     # Inductor's kernel for the prefill's dequantize (int4 nibbles shifted and masked)
     ("dequantize", ("bitwise", "rshift")),
     ("attention", ("flash", "attention", "fmha", "sdpa", "softmax")),
-    ("bf16 matmul (decode: the lm head)", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
+    ("bf16 matmul", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
     ("copies", ("copy", "memcpy", "memset", "cat")),
     ("fused elementwise (inductor)", ("triton",)),
     ("norm, rope, activations", ("norm", "rsqrt", "mul", "add", "silu", "pow", "mean", "neg")),
@@ -134,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
     args = p.parse_args(argv)
     device = torch.device(args.device)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    config = model_config(args.arch, None, None)
-    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
-    path = write_checkpoint(args.workdir / name, config)
+    name, path = arch_checkpoint(args.workdir, args.arch)
     graphs = args.compile and device.type == "cuda"
     _, generation, model = load(path, args.device, graphs, args.fuse)
     token = generation.prefill()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import ARCH, DirStore, model_config, write_checkpoint
+from _checkpoints import ARCH, DirStore, arch_checkpoint
 from bench_decode import IMAGE_SIZE, question
 from PIL import Image
 from profile_decode import device_events, summarise
@@ -134,12 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
     args = p.parse_args(argv)
-    config = model_config(args.arch, None, None)
-    name = f"{args.arch}-l{config.text_config.num_hidden_layers}-d{config.vision_config.depth}"
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    loaded = load(
-        write_checkpoint(args.workdir / name, config), args.device, args.prefill_dequant_rows
-    )
+    name, path = arch_checkpoint(args.workdir, args.arch)
+    loaded = load(path, args.device, args.prefill_dequant_rows)
     static = loaded.language.model.device.type == "cuda"  # the engine's decode mode there
     text, n_question = question(loaded.language.tokenizer)
     phases(loaded, text, 100, static)  # warm-up: kernels, compiled dequantize, allocator

@@ -3,27 +3,11 @@ decode step's int4 matmuls: four per decoder layer with fused projections, seven
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def profile(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("profile_decode", BENCH / "profile_decode.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert module.main(argv) == 0
-    finally:
-        sys.path.remove(str(BENCH))
-    return dict(json.loads(capsys.readouterr().out))
+from tests.bench.support import run_main
 
 
 @pytest.mark.slow
@@ -32,7 +16,7 @@ def test_int4_calls_per_step(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fuse: str, per_layer: int
 ) -> None:
     argv = ["--device", "cpu", "--arch", "tiny", "--steps", "2", "--warmup", "1", fuse]
-    result = profile([*argv, "--workdir", str(tmp_path)], capsys)
+    result = run_main("profile_decode", [*argv, "--workdir", str(tmp_path)], capsys)
     layers = int(str(result["arch"]).split("-l")[1].split("-")[0])
     categories = result["by_category"]
     assert isinstance(categories, dict)

@@ -4,29 +4,11 @@ uncached question add up, and the prefill's projections go through the int4 kern
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def profile(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "profile_prefill", BENCH / "profile_prefill.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert module.main(argv) == 0
-    finally:
-        sys.path.remove(str(BENCH))
-    return dict(json.loads(capsys.readouterr().out))
+from tests.bench.support import run_main
 
 
 @pytest.mark.slow
@@ -35,7 +17,7 @@ def test_prefill_phases_and_kernels(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: int, int4_per_layer: int
 ) -> None:
     argv = ["--device", "cpu", "--arch", "tiny", "--reps", "1", "--workdir", str(tmp_path)]
-    result = profile([*argv, "--prefill-dequant-rows", str(rows)], capsys)
+    result = run_main("profile_prefill", [*argv, "--prefill-dequant-rows", str(rows)], capsys)
     phases = result["phases_ms"]
     assert isinstance(phases, dict) and phases["image_tokens"] > 0
     parts = phases["processor_ms"] + phases["vision_ms"] + phases["prompt_ms"]

@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -791,8 +791,59 @@ def make_optimizer(
         }
         for (decays, vision), ps in sorted(groups.items())
     ]
-    fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(param_groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=fused)
+    # fused (CUDA and CPU): it takes train_step's on-device skip flag
+    return torch.optim.AdamW(param_groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=True)
+
+
+def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[Batch]:
+    """Training batches from ``args.workers`` DataLoader workers (:class:`SceneBatches`)."""
+    dataset = SceneBatches(
+        args.processor_dir,
+        args.batch,
+        args.seed,
+        tuple(args.kinds.split(",")),
+        args.max_pixels,
+        args.follow_up_share,
+        args.kind_weights,
+    )
+    return DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=4 if args.workers else None,
+        persistent_workers=args.workers > 0,
+    )
+
+
+class StepResult(NamedTuple):
+    """One update's figures, as device tensors (reading them syncs with the device)."""
+
+    lm_loss: torch.Tensor
+    aux_loss: torch.Tensor
+    grad_norm: torch.Tensor
+    skipped: torch.Tensor  # 1.0 when a gradient was non-finite and the update skipped
+
+
+def train_step(
+    model: Any, opt: torch.optim.Optimizer, batch: Batch, attention: PaddedAttention, aux: AuxHead
+) -> StepResult:
+    """Forward, the answer and auxiliary losses, backward, the model's and the head's
+    gradients clipped apart (the head's must not shrink the model's update), and the
+    update unless a gradient is non-finite. The fused optimizer skips it on the device
+    (its ``found_inf`` input, as ``GradScaler`` uses it), so the host never waits here."""
+    logits, feats = forward_parts(model, batch, attention=attention)
+    assert feats is not None
+    lm_loss = answer_loss(logits, batch["labels"])
+    aux_loss, _ = aux.loss(feats, batch["vision_labels"])
+    opt.zero_grad(set_to_none=True)
+    (lm_loss + aux_loss).backward()  # type: ignore[no-untyped-call]
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    aux_norm = torch.nn.utils.clip_grad_norm_(aux.parameters(), 1.0)
+    skipped = (~(torch.isfinite(norm) & torch.isfinite(aux_norm))).float()
+    opt.found_inf = skipped  # type: ignore[attr-defined]
+    opt.step()
+    return StepResult(lm_loss.detach(), aux_loss.detach(), norm, skipped)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -805,23 +856,7 @@ def run(args: argparse.Namespace) -> None:
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))
     aux = AuxHead(model.config.text_config.hidden_size, args.aux_weight).to(device)
-    loader = DataLoader(
-        SceneBatches(
-            args.processor_dir,
-            args.batch,
-            args.seed,
-            kinds,
-            args.max_pixels,
-            args.follow_up_share,
-            args.kind_weights,
-        ),
-        batch_size=None,
-        num_workers=args.workers,
-        pin_memory=device.type == "cuda",
-        prefetch_factor=4 if args.workers else None,
-        persistent_workers=args.workers > 0,
-    )
-    batches = iter(loader)  # workers start now, while the held-out set is encoded
+    batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [
         to_device(b, device)
         for b in held_out_batches(args.processor_dir, args.eval_n, 128, kinds, args.max_pixels)
@@ -848,7 +883,7 @@ def train_loop(
     start = last_save = time.time()
     budget = args.max_minutes * 60
     wait = 0.0
-    skipped = 0
+    skipped = torch.zeros((), device=device)
     model.train()
     for step in range(args.steps):
         t0 = time.time()
@@ -858,34 +893,20 @@ def train_loop(
         progress = max(step / args.steps, elapsed / budget)
         for group in opt.param_groups:
             group["lr"] = group["lr_scale"] * lr_at(step, progress, args.lr, args.warmup)
-        logits, feats = forward_parts(model, batch, attention=attention)
-        assert feats is not None
-        lm_loss = answer_loss(logits, batch["labels"])
-        aux_loss, _ = aux.loss(feats, batch["vision_labels"])
-        loss = lm_loss + aux_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        # the model and the (training-only) head clipped apart: the head's gradient must not
-        # shrink the model's update
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        aux_norm = torch.nn.utils.clip_grad_norm_(aux.parameters(), 1.0)
-        if torch.isfinite(norm) and torch.isfinite(aux_norm):
-            opt.step()
-        else:
-            skipped += 1
-            log.warning("step %d: non-finite gradient (loss %s), update skipped", step, loss.item())
+        update = train_step(model, opt, batch, attention, aux)
+        skipped = skipped + update.skipped
         last = step == args.steps - 1 or progress >= 1.0
-        row_loss = loss.item() if step % 10 == 0 else 0.0
+        row_loss = update.lm_loss.item() if step % 10 == 0 else 0.0
         if step % args.log_every == 0:
             row = {
                 "step": step,
-                "loss": round(lm_loss.item(), 4),
-                "aux_loss": round(aux_loss.item(), 4),
+                "loss": round(update.lm_loss.item(), 4),
+                "aux_loss": round(update.aux_loss.item(), 4),
                 "lr": opt.param_groups[0]["lr"],
-                "grad_norm": round(norm.item(), 3),
+                "grad_norm": round(update.grad_norm.item(), 3),
                 "elapsed_s": round(elapsed, 1),
                 "data_wait_s": round(wait, 1),
-                "skipped": skipped,
+                "skipped": int(skipped),  # updates skipped for non-finite gradients
                 "tokens": int(batch["attention_mask"].sum()),
             }
             log.info("train %s", json.dumps(row))

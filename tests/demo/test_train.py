@@ -186,3 +186,30 @@ def test_follow_up_share_picks_which_samples_continue() -> None:
     assert [a.question for a in always] == [n.question for n in never]  # same first turns
     half = [batches(0.5).item(seed) for seed in range(200)]
     assert 40 < sum(1 for item in half if item.follow_ups) < 110
+
+
+def one_batch() -> train.Batch:
+    dataset = train.SceneBatches(train.WEIGHTS, 4, 1, max_pixels=28224)
+    return train.to_device(next(iter(dataset)), torch.device("cpu"))
+
+
+def test_train_step_updates_or_skips_a_non_finite_gradient_on_the_device() -> None:
+    torch.manual_seed(0)
+    model = train.build_model(torch.device("cpu"), None)
+    attention = train.PaddedAttention(model)
+    attention.enable(True)
+    aux = train.AuxHead(model.config.text_config.hidden_size, 1.0)
+    opt = train.make_optimizer(model, 1e-3, 0.05, aux)
+    batch = one_batch()
+    before = model.lm_head.weight.detach().clone()
+    update = train.train_step(model, opt, batch, attention, aux)
+    assert float(update.skipped) == 0.0 and torch.isfinite(update.lm_loss)
+    assert not torch.equal(model.lm_head.weight, before)
+
+    with torch.no_grad():
+        aux.proj.weight.fill_(float("nan"))  # the head's loss and gradient are NaN
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    update = train.train_step(model, opt, batch, attention, aux)
+    assert float(update.skipped) == 1.0
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key

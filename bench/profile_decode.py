@@ -19,7 +19,6 @@ import json
 import logging
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _checkpoints import ARCH, DirStore, arch_checkpoint
+from _profiling import device_events, summarise
 from bench_decode import copy_bandwidth, decode_bytes
 from torch.profiler import ProfilerActivity, profile
 
@@ -36,26 +36,6 @@ from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
 
 log = logging.getLogger("profile_decode")
-
-# kernel or operator name fragments (lower case) -> category, first match wins
-CATEGORIES = (
-    ("int4 matmul", ("int4", "tinygemm")),
-    # Inductor's kernel for the prefill's dequantize (int4 nibbles shifted and masked)
-    ("dequantize", ("bitwise", "rshift")),
-    ("attention", ("flash", "attention", "fmha", "sdpa", "softmax")),
-    ("bf16 matmul", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
-    ("copies", ("copy", "memcpy", "memset", "cat")),
-    ("fused elementwise (inductor)", ("triton",)),
-    ("norm, rope, activations", ("norm", "rsqrt", "mul", "add", "silu", "pow", "mean", "neg")),
-)
-
-
-def category(name: str) -> str:
-    lower = name.lower()
-    for label, fragments in CATEGORIES:
-        if any(f in lower for f in fragments):
-            return label
-    return "other"
 
 
 def load(path: Path, device: str, compile_step: bool, fuse: bool) -> tuple[Loaded, Generation, Any]:
@@ -77,45 +57,6 @@ def run_steps(generation: Generation, token: int, n: int, device: torch.device) 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return token
-
-
-def device_events(prof: Any, device: torch.device) -> list[tuple[str, float, int]]:
-    """(name, microseconds, calls) of the kernels (CUDA) or operator self times (CPU)."""
-    if device.type == "cuda":
-        return [
-            (e.name, e.device_time, 1)
-            for e in prof.events()
-            if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
-        ]
-    return [(e.key, e.self_cpu_time_total, e.count) for e in prof.key_averages()]
-
-
-def summarise(events: list[tuple[str, float, int]], steps: int) -> dict[str, Any]:
-    by_cat: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for name, us, calls in events:
-        for table, key in ((by_cat, category(name)), (by_name, name)):
-            table[key][0] += us
-            table[key][1] += calls
-    total = sum(us for _, us, _ in events) or 1.0
-    cats = {
-        k: {
-            "us_per_step": round(v[0] / steps, 1),
-            "calls_per_step": round(v[1] / steps, 1),
-            "share": round(v[0] / total, 3),
-        }
-        for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1][0])
-    }
-    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
-    return {
-        "device_us_per_step": round(total / steps, 1),
-        "calls_per_step": round(sum(v[1] for v in by_cat.values()) / steps, 1),
-        "by_category": cats,
-        "top_kernels": [
-            {"name": n[:120], "us_per_step": round(v[0] / steps, 1), "calls_per_step": v[1] / steps}
-            for n, v in top
-        ],
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _checkpoints import ARCH, DirStore, arch_checkpoint
+from _profiling import device_events, summarise
 from bench_decode import IMAGE_SIZE, question
 from PIL import Image
-from profile_decode import device_events, summarise
 from torch.profiler import ProfilerActivity, profile
 
 from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions

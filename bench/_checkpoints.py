@@ -7,6 +7,7 @@ Needs only torch, transformers, safetensors and the demo model's tokenizer files
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import shutil
@@ -174,6 +175,13 @@ def _int32(shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
     return torch.randint(-(2**31), 2**31 - 1, shape, generator=gen, dtype=torch.int64).to(
         torch.int32
     )
+
+
+def add_arch_options(p: argparse.ArgumentParser) -> None:
+    """``--arch`` and ``--workdir`` (where :func:`arch_checkpoint` writes), for the benches
+    that build the random checkpoint."""
+    p.add_argument("--arch", choices=sorted(ARCH), default="7b")
+    p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
 
 
 def arch_checkpoint(

@@ -4,6 +4,9 @@ the training profile runs on the device's own packages."""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -67,3 +70,13 @@ def summarise(events: list[tuple[str, float, int]], steps: int) -> dict[str, Any
             for n, v in top
         ],
     }
+
+
+def profile_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The profile scripts' parser with ``--device`` (CUDA when present), and their logging:
+    INFO on stderr (stdout carries the JSON), transformers' own messages only as errors."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    p = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return p

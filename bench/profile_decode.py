@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import ARCH, DirStore, arch_checkpoint
-from _profiling import device_events, summarise
+from _checkpoints import DirStore, add_arch_options, arch_checkpoint
+from _profiling import device_events, profile_parser, summarise
 from bench_decode import copy_bandwidth, decode_bytes
 from torch.profiler import ProfilerActivity, profile
 
@@ -60,19 +60,16 @@ def run_steps(generation: Generation, token: int, n: int, device: torch.device) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    cuda = torch.cuda.is_available()
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--arch", choices=sorted(ARCH), default="7b")
-    p.add_argument("--device", default="cuda" if cuda else "cpu")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=cuda)
+    p = profile_parser(__doc__)
+    add_arch_options(p)
+    p.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=torch.cuda.is_available()
+    )
     p.add_argument(
         "--fuse", action=argparse.BooleanOptionalAction, default=True, help="fused projections"
     )
     p.add_argument("--warmup", type=int, default=16)
     p.add_argument("--steps", type=int, default=32)
-    p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
     args = p.parse_args(argv)
     device = torch.device(args.device)
     name, path = arch_checkpoint(args.workdir, args.arch)

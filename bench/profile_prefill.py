@@ -13,7 +13,6 @@ skips the processor and the vision tower). Prints one JSON document on stdout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import random
@@ -27,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import ARCH, DirStore, arch_checkpoint
-from _profiling import device_events, summarise
+from _checkpoints import DirStore, add_arch_options, arch_checkpoint
+from _profiling import device_events, profile_parser, summarise
 from bench_decode import IMAGE_SIZE, question
 from PIL import Image
 from torch.profiler import ProfilerActivity, profile
@@ -124,15 +123,10 @@ def profile_prefill(loaded: Loaded, text: str, static: bool, reps: int) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    cuda = torch.cuda.is_available()
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--arch", choices=sorted(ARCH), default="7b")
-    p.add_argument("--device", default="cuda" if cuda else "cpu")
+    p = profile_parser(__doc__)
+    add_arch_options(p)
     p.add_argument("--prefill-dequant-rows", type=int, default=0)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
     args = p.parse_args(argv)
     name, path = arch_checkpoint(args.workdir, args.arch)
     loaded = load(path, args.device, args.prefill_dequant_rows)
@@ -143,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": "python bench/profile_prefill.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
-        "device": torch.cuda.get_device_name() if cuda and args.device == "cuda" else "cpu",
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "arch": name,
         "prefill_dequant_rows": args.prefill_dequant_rows,
         "decode_mode": "static" if static else "eager",

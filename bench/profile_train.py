@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _profiling import device_events, summarise
+from _profiling import device_events, profile_parser, summarise
 from torch.profiler import ProfilerActivity, profile
 
 from qwen_ui.demo import train
@@ -38,8 +38,7 @@ log = logging.getLogger("profile_train")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p = profile_parser(__doc__)
     p.add_argument("--init", type=Path, default=train.WEIGHTS)
     p.add_argument("--batch", type=int, default=160)
     p.add_argument("--workers", type=int, default=14)
@@ -108,8 +107,6 @@ def host_syncs(steps: Steps, n: int) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     args = parse(argv)
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as out:

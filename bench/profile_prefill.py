@@ -28,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
 from _profiling import device_events, profile_parser, summarise
-from bench_decode import IMAGE_SIZE, question
+from bench_decode import IMAGE_SIZE, copy_bandwidth, question
 from PIL import Image
 from torch.profiler import ProfilerActivity, profile
 
+from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
@@ -122,6 +123,35 @@ def profile_prefill(loaded: Loaded, text: str, static: bool, reps: int) -> dict[
     return summary
 
 
+def dequantize_bytes(model: Any) -> int:
+    """Bytes one prefill's dequantize moves: every int4 layer's packed weight and scales
+    read, its weight written in the compute dtype (2 bytes)."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, Int4Linear) and m.prefill_rows and not m.dequantized:
+            read = m.packed.numel() * m.packed.element_size()
+            read += m.scales_and_zeros.numel() * m.scales_and_zeros.element_size()
+            total += read + 2 * m.in_features * m.out_features
+    return total
+
+
+def dequantize_rate(loaded: Loaded, summary: dict[str, Any]) -> dict[str, float] | None:
+    """The dequantize's bytes per second against a device copy's, in the same run."""
+    spent = summary["by_category"].get("dequantize", {}).get("us_per_step")
+    moved = dequantize_bytes(loaded.language.model)
+    device = loaded.language.model.device
+    if not spent or not moved or device.type != "cuda":
+        return None
+    rate = moved / (spent / 1e6)
+    copy = copy_bandwidth(device)
+    return {
+        "gb_per_prefill": round(moved / 1e9, 2),
+        "gb_s": round(rate / 1e9, 1),
+        "copy_gb_s": round(copy / 1e9, 1),
+        "ratio_to_copy": round(rate / copy, 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = profile_parser(__doc__)
     add_arch_options(p)
@@ -143,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         "decode_mode": "static" if static else "eager",
         "question_tokens": n_question,
         "phases_ms": median_phases(rows),
-        "cached_image_prefill": profile_prefill(loaded, text, static, args.reps),
     }
+    result["cached_image_prefill"] = profile_prefill(loaded, text, static, args.reps)
+    result["dequantize_bandwidth"] = dequantize_rate(loaded, result["cached_image_prefill"])
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 

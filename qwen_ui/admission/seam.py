@@ -240,7 +240,8 @@ def _downscale(
             continue
         image = item.image.resize((width, height), Image.Resampling.BICUBIC)
         # a new identity, so the smaller image's embedding gets its own cache entry
-        out.append(replace(item, image=image, sha256=f"{item.sha256}-max{max_pixels}"))
+        sha = f"{item.sha256}-max{max_pixels}"
+        out.append(replace(item, pixels=image, size=image.size, sha256=sha))
     return out
 
 

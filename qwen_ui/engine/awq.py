@@ -85,11 +85,15 @@ def dequantize_tinygemm(
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """``[out, in]`` in ``dtype`` from the CUDA kernel's own packed weight (no second copy
-    of the weight kept for prefill), computed as :func:`dequantize_for_kernel` does."""
+    of the weight kept for prefill), computed as :func:`dequantize_for_kernel` does. Written
+    row-major in the output's own order (one group's scale and zero broadcast along its
+    row), so that Inductor's kernel writes the weight contiguously."""
     work = torch.float32 if dtype == torch.float32 else KERNEL_DTYPE
-    q = unpack_tinygemm(packed, gather).t().to(work) - 8.0  # [in, out]
-    sz = scales_and_zeros.to(work).repeat_interleave(group_size, dim=0)
-    return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
+    q = unpack_tinygemm(packed, gather).to(work) - 8.0  # [out, in]
+    out_features, in_features = q.shape
+    groups = q.view(out_features, in_features // group_size, group_size)
+    sz = scales_and_zeros.to(work).transpose(0, 1).unsqueeze(-2)  # [out, in / g, 1, 2]
+    return (groups * sz[..., 0] + sz[..., 1]).reshape(out_features, in_features).to(dtype)
 
 
 def _nibbles(words: torch.Tensor) -> torch.Tensor:

@@ -257,7 +257,7 @@ class Engine:
         start = time.perf_counter()
         for i, data in enumerate(blobs):
             yield Stage.at("decoding", i + 1, len(blobs))
-            out.append(await asyncio.to_thread(image_checks.decode, data, i + 1, self.limits))
+            out.append(await asyncio.to_thread(image_checks.check, data, i + 1, self.limits))
         if blobs:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
         self.metrics.images.observe(len(blobs))
@@ -281,7 +281,8 @@ class Engine:
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
-            prompt_images.append(PromptImage(key, embedding, image.image, tier))
+            pixels = None if embedding is not None else await asyncio.to_thread(image.load)
+            prompt_images.append(PromptImage(key, embedding, pixels, tier))
         for item in prompt_images:
             self.metrics.cache.labels(item.tier).inc()
         turns = [Turn(t.question, len(t.images), t.answer) for t in history]

@@ -7,12 +7,13 @@ enforced *before* any pixel is decoded, so a decompression bomb costs a header r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -24,6 +25,7 @@ from qwen_ui.engine.errors import (
     TooManyImages,
 )
 
+ORIENTATION = 0x0112  # the EXIF tag
 FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "GIF"})
 MB = 1024 * 1024
 
@@ -37,17 +39,32 @@ class ImageLimits:
 
 @dataclass(frozen=True)
 class CheckedImage:
-    """A decoded RGB image with the facts the rest of the engine needs."""
+    """An image whose bytes passed every check (format, dimensions and pixel count from the
+    header), with the facts the rest of the engine needs. Its pixels are decoded on first
+    use of :attr:`image`, so a request whose embedding is cached never decodes them: the
+    same bytes (``sha256``) decoded before, or their embedding would not exist."""
 
     index: int
-    image: Image.Image
     sha256: str
     nbytes: int
     source_format: str
+    size: tuple[int, int]  # as displayed: EXIF orientation applied
+    data: bytes = field(default=b"", repr=False, compare=False)
+    pixels: Image.Image | None = field(default=None, repr=False, compare=False)
 
-    @property
-    def size(self) -> tuple[int, int]:
-        return self.image.size
+    @functools.cached_property
+    def image(self) -> Image.Image:
+        """The RGB pixels (``pixels`` when given, else decoded from ``data``); raises
+        :class:`ImageUnreadable` when the data is corrupt past the header."""
+        if self.pixels is not None:
+            return self.pixels
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            return _decode_rgb(Image.open(io.BytesIO(self.data)), self.index)
+
+    def load(self) -> Image.Image:
+        """:attr:`image` (decoding it now if not yet)."""
+        return self.image
 
 
 def raise_pil_guard(max_pixels: int) -> None:
@@ -68,20 +85,39 @@ def check_bytes(data: bytes, index: int, limits: ImageLimits) -> None:
         raise ImageTooLarge(index=index, size_mb=_mb(len(data)), limit_mb=_mb(limits.max_bytes))
 
 
-def decode(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
-    """Check one image (1-based ``index`` for messages) and decode it to RGB."""
+def check(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
+    """Check one image (1-based ``index`` for messages) from its size and header; no pixel
+    is decoded yet."""
     check_bytes(data, index, limits)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         image = _open_header(data, index, limits)
-        rgb = _decode_rgb(image, index)
+        size = _upright_size(image)
     digest = hashlib.sha256(data).hexdigest()
-    return CheckedImage(index, rgb, digest, len(data), str(image.format))
+    return CheckedImage(index, digest, len(data), str(image.format), size, data)
+
+
+def decode(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
+    """Check one image and decode its pixels to RGB now."""
+    checked = check(data, index, limits)
+    _ = checked.image
+    return checked
 
 
 def decode_all(blobs: Sequence[bytes], limits: ImageLimits) -> list[CheckedImage]:
     check_count(len(blobs), limits)
     return [decode(data, i + 1, limits) for i, data in enumerate(blobs)]
+
+
+def _upright_size(image: Image.Image) -> tuple[int, int]:
+    """The size as displayed, from the header's EXIF orientation. A PNG's EXIF may follow
+    its pixels, which PIL would decode to find: there only an EXIF chunk ahead of them
+    counts (the decoded image is still turned as its EXIF says)."""
+    width, height = image.size
+    if image.format == "PNG" and "exif" not in image.info:
+        return width, height
+    orientation = image.getexif().get(ORIENTATION, 1)
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
 
 
 def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:

@@ -29,10 +29,9 @@ from qwen_ui.engine.awq import (
     Int4Linear,
     awq_settings,
     dequantize_awq,
-    dequantize_for_kernel,
-    dequantize_tinygemm,
 )
 from qwen_ui.engine.errors import UnsupportedModel
+from qwen_ui.engine.prefill import compile_prefill
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +113,7 @@ def load_awq_model(
         loaded.update(f"{module_name}.{leaf}" for leaf in ("weight", "bias"))
     _finish(model, loaded)
     if device.type == "cuda" and prefill_rows > 0:
-        fuse_prefill_dequantize(model)
+        compile_prefill(model)
     _log_int4(model, len(groups))
     return model
 
@@ -128,19 +127,6 @@ def _log_int4(model: nn.Module, fused_groups: int) -> None:
         kernel,
         fused_groups,
     )
-
-
-def fuse_prefill_dequantize(model: Any) -> None:
-    """One compiled dequantize function for every int4 layer of ``model``: Inductor fuses
-    the unpacking, scaling and transpose into one kernel (the eager version makes a dozen
-    full-size passes per layer and a prefill runs it for every layer). It compiles once
-    per distinct layer shape, on the first long prompt."""
-    fused = torch.compile(dequantize_for_kernel, dynamic=False)
-    fused_packed = torch.compile(dequantize_tinygemm, dynamic=False)
-    for module in model.modules():
-        if isinstance(module, Int4Linear) and module.prefill_rows:
-            module.dequantize = fused
-            module.dequantize_packed = fused_packed
 
 
 def _read_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:

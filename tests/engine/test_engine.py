@@ -6,8 +6,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.metrics import EngineMetrics
@@ -62,10 +64,17 @@ async def test_three_images_stream_stages_in_order_then_the_answer(engine: Engin
     assert status.state is EngineState.READY and status.is_ready
 
 
-async def test_cached_embeddings_give_token_identical_answers(engine: Engine) -> None:
+async def test_cached_embeddings_give_token_identical_answers(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     images = [png(colour=(255, 0, 0)), png((80, 60), (0, 0, 255))]
+    decoded: list[int] = []
+    real = image_checks._decode_rgb
+    monkeypatch.setattr(image_checks, "_decode_rgb", lambda *a: decoded.append(1) or real(*a))
     first = await collect(engine, ask(images=images))
+    assert len(decoded) == 2
     second = await collect(engine, ask(images=images))
+    assert len(decoded) == 2  # cached embeddings: the pixels were not decoded again
     assert [s for s in stages(second) if s[0] == "encoding"] == [
         ("encoding", 1, True),
         ("encoding", 2, True),

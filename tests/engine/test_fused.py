@@ -4,14 +4,18 @@ families load unfused."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from PIL import Image
 
+from qwen_ui.engine import fused as fused_module
 from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.fused import decode_attention
 from qwen_ui.engine.generate import (
     CachePool,
     DecodeMode,
@@ -72,14 +76,15 @@ def test_prefill_logits_are_the_same(pair: tuple[Loaded, Loaded]) -> None:
     assert torch.allclose(plain, fused, rtol=0, atol=1e-5), float((plain - fused).abs().max())
 
 
-def greedy(loaded: Loaded, mode: DecodeMode) -> list[int]:
+def greedy(loaded: Loaded, mode: DecodeMode, step: Callable[..., Any] | None = None) -> list[int]:
     embeddings = [loaded.vision.encode(i) for i in IMAGES[:1]]
     turns = [Turn("How many squares?", 1, "two"), Turn("And circles?", 0)]
     prompt = loaded.language.build_prompt(turns, embeddings)
     model = loaded.language.model
     pool = CachePool(model) if mode == "static" else None
     tokens: list[int] = []
-    run(Generation(model, prompt, SamplingOptions(16), mode, pool), [], tokens.append, bool)
+    generation = Generation(model, prompt, SamplingOptions(16), mode, pool, step)
+    run(generation, [], tokens.append, bool)
     return tokens
 
 
@@ -109,3 +114,50 @@ def test_the_setting_reaches_the_engine(tmp_path: Path, tiny_store: ModelStore) 
         engine = Engine(settings, tiny_store, MemoryState(), EngineStatus())
         assert engine.pipelines.spec.fuse_projections is value
     assert Settings(home=tmp_path).fuse_projections is True  # on by default
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
+def test_decode_attention_is_sdpa_over_repeated_heads(mask_kind: str) -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 6, 1, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
+    mask = None
+    if mask_kind != "none":  # a static cache of 12 slots, the last ones empty
+        mask = torch.ones(2, 1, 1, 12, dtype=torch.bool)
+        mask[0, ..., 5:] = False
+        mask[1, ..., 7:] = False
+        if mask_kind == "additive":
+            mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        q,
+        k.repeat_interleave(3, dim=1),
+        v.repeat_interleave(3, dim=1),
+        attn_mask=None if mask is None else mask[..., :9],
+        scale=0.25,
+    ).transpose(1, 2)
+    out = decode_attention(q, k, v, mask, 0.25)
+    assert out.shape == (2, 1, 6, 16)
+    torch.testing.assert_close(out, reference)
+
+
+def test_compiled_static_steps_give_the_same_tokens(
+    pair: tuple[Loaded, Loaded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A static step under ``torch.compile`` takes :func:`decode_attention` (no repeat_kv);
+    dynamo's eager backend traces it as Inductor would, on the CPU."""
+    fused = pair[1]
+    reference = greedy(fused, "static")
+    model = fused.language.model
+    calls: list[int] = []
+    torch._dynamo.reset()  # a graph traced for the other family's model would be reused
+    monkeypatch.setattr(fused_module, "decode_attention", counting(calls))
+    compiled = torch.compile(model.forward, backend="eager", dynamic=False)
+    assert greedy(fused, "static", step=compiled) == reference
+    assert calls  # the path ran (while tracing)
+
+
+def counting(calls: list[int]) -> Callable[..., torch.Tensor]:
+    def wrapped(*args: Any) -> torch.Tensor:
+        calls.append(1)
+        return decode_attention(*args)
+
+    return wrapped

@@ -120,3 +120,24 @@ def test_pil_guard_does_not_trip_below_our_limit() -> None:
     images.raise_pil_guard(generous.max_pixels)
     with pytest.raises(ImageUnreadable):  # the claimed pixels are not there
         images.decode(png_header_claiming(10_000, 10_000), 1, generous)
+
+
+def test_check_reads_no_pixel_until_asked() -> None:
+    """A checked image decodes on first use: a request whose embedding is cached never
+    pays for it; a corruption past the header surfaces then."""
+    data = encode(Image.effect_noise((200, 200), 50).convert("RGB"), "PNG")
+    truncated = images.check(data[: len(data) // 2], 1, LIMITS)
+    assert truncated.size == (200, 200) and "image" not in vars(truncated)
+    with pytest.raises(ImageUnreadable):
+        truncated.load()
+    whole = images.check(data, 1, LIMITS)
+    assert whole.load() is whole.image and whole.image.size == (200, 200)
+
+
+def test_check_knows_the_upright_size_from_the_header() -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 8  # rotate 90° counter-clockwise to display
+    data = encode(Image.new("RGB", (60, 20), (0, 0, 0)), "JPEG", exif=exif.tobytes())
+    checked = images.check(data, 1, LIMITS)
+    assert checked.size == (20, 60) and "image" not in vars(checked)
+    assert checked.image.size == checked.size

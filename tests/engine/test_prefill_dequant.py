@@ -4,7 +4,6 @@ on the demo model's held-out questions."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,8 @@ import torch
 from PIL import Image
 
 from qwen_ui.demo import scenes
-from qwen_ui.engine.awq import Int4Linear, dequantize_for_kernel
+from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.generate import Generation, SamplingOptions, run
-from qwen_ui.engine.loading import fuse_prefill_dequantize
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import DEMO_MODEL_ID
@@ -59,21 +57,6 @@ def test_dequantized_weight_is_what_the_kernel_multiplies(pair: tuple[Loaded, Lo
     ).float()
     dense = x @ layer.dequantized_weight(torch.float32).t()
     assert torch.nn.functional.cosine_similarity(kernel.flatten(), dense.flatten(), 0) > 0.9999
-
-
-def test_fused_dequantize_is_exact_and_shared(pair: tuple[Loaded, Loaded]) -> None:
-    """The loader's compiled dequantize (used on CUDA; here Inductor's CPU code) gives the
-    eager function's weights bit for bit, and every prefill layer shares the one function."""
-    model = copy.deepcopy(pair[1].language.model)
-    fuse_prefill_dequantize(model)
-    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
-    assert len({id(m.dequantize) for m in layers}) == 1
-    assert layers[0].dequantize is not dequantize_for_kernel
-    for layer in layers[:2]:  # two shapes: q_proj and k_proj
-        eager = dequantize_for_kernel(
-            layer.awq_qweight, layer.scales_and_zeros, layer.group_size, torch.float32
-        )
-        assert torch.equal(layer.dequantized_weight(torch.float32), eager)
 
 
 @pytest.mark.parametrize("count", [1, 3])

@@ -1,0 +1,84 @@
+"""Compiled pieces of a long prefill on CUDA.
+
+A prefill runs the language model eagerly over the whole prompt (a thousand rows for one
+1024x768 image), so every elementwise step is a full pass over the activations and a
+kernel launch: on the 7B architecture an RMS norm is seven kernels, an MLP's gated
+activation two passes over its widest activations, and the dequantize of an int4 weight
+a dozen passes (docs/BENCHMARKS.md, "Where time to first token goes"). Here each becomes
+one Inductor kernel. They compile on first use, once per distinct shape class (the
+prompt's length is dynamic), and the compiled decode step traces through them as through
+the eager versions. CUDA only; the loader calls :func:`compile_prefill` when a long
+prefill dequantizes (``prefill_dequant_rows``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from qwen_ui.engine.awq import Int4Linear, dequantize_for_kernel, dequantize_tinygemm
+
+log = logging.getLogger(__name__)
+
+SILU = ("SiLU", "SiLUActivation")  # torch's and transformers' (ACT2FN["silu"])
+
+
+def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen2's RMS norm, the stock module's arithmetic: float32 inside, the weight applied
+    to the result cast back to the input's dtype."""
+    dtype = hidden.dtype
+    x = hidden.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def silu_gated(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up``, the gated activation of a Qwen2 MLP."""
+    return nn.functional.silu(gate) * up
+
+
+def compile_prefill(model: nn.Module) -> None:
+    """Install the compiled dequantize on every int4 layer that dequantizes for long
+    prefills, and compiled norms and gated activations in the language model."""
+    _dequantize(model)
+    language = _language_model(model)
+    norm = torch.compile(rms_norm, dynamic=True)
+    gated = torch.compile(silu_gated, dynamic=True)
+    norms = mlps = 0
+    for module in language.modules():
+        if type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"):
+            module.forward = _norm_forward(module, norm)  # type: ignore[method-assign]
+            norms += 1
+        elif hasattr(module, "gated") and type(module.act_fn).__name__ in SILU:
+            module.gated = gated  # type: ignore[assignment]
+            mlps += 1
+    log.info("prefill compiled: %d norms, %d gated activations", norms, mlps)
+
+
+def _dequantize(model: nn.Module) -> None:
+    """One compiled dequantize for every int4 layer: Inductor fuses the unpacking and
+    scaling into one kernel per layer shape."""
+    fused = torch.compile(dequantize_for_kernel, dynamic=False)
+    fused_packed = torch.compile(dequantize_tinygemm, dynamic=False)
+    for module in model.modules():
+        if isinstance(module, Int4Linear) and module.prefill_rows:
+            module.dequantize = fused
+            module.dequantize_packed = fused_packed
+
+
+def _language_model(model: nn.Module) -> nn.Module:
+    inner = getattr(model, "model", model)
+    return getattr(inner, "language_model", inner)  # type: ignore[no-any-return]
+
+
+def _norm_forward(
+    module: Any, norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        return norm(hidden, module.weight, module.variance_epsilon)
+
+    return forward

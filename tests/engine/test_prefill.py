@@ -1,0 +1,92 @@
+"""The compiled pieces of a long prefill (``qwen_ui.engine.prefill``), run here through
+Inductor's CPU code: the same weights and norms as the eager functions, installed on the
+language model only, and the same prefill logits and greedy tokens."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from PIL import Image
+
+from qwen_ui.engine.awq import Int4Linear, dequantize_for_kernel
+from qwen_ui.engine.generate import Generation, SamplingOptions, run
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.prefill import compile_prefill, rms_norm
+from qwen_ui.engine.status import EngineStatus
+from qwen_ui.store import ModelStore
+from tests.engine.conftest import TINY_ID
+from tests.engine.support import prefill_logits
+
+ROWS = 16
+SCENES = [Image.new("RGB", (100, 80), (255, 0, 0)), Image.new("RGB", (60, 120), (0, 0, 255))]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_store: ModelStore) -> Loaded:
+    spec = ModelSpec(TINY_ID, "awq", "cpu", 3136, 112 * 112, ROWS, "batched", True)
+    return Pipelines(tiny_store, spec, EngineStatus()).load()
+
+
+@pytest.fixture(scope="module")
+def compiled(loaded: Loaded) -> Loaded:
+    """A copy of ``loaded`` whose language model has the compiled pieces."""
+    model = copy.deepcopy(loaded.language.model)
+    compile_prefill(model)
+    language = copy.copy(loaded.language)
+    language.model = model
+    return dataclasses.replace(loaded, language=language)
+
+
+def norms(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RMSNorm")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_is_the_stock_modules(loaded: Loaded, dtype: torch.dtype) -> None:
+    _, module = norms(loaded.language.model.model.language_model)[0]
+    x = torch.randn(1, 7, module.weight.shape[0], dtype=dtype)
+    stock = copy.deepcopy(module).to(dtype)
+    assert torch.equal(rms_norm(x, stock.weight, stock.variance_epsilon), stock(x))
+
+
+def test_installed_on_the_language_model_only(loaded: Loaded, compiled: Loaded) -> None:
+    model = compiled.language.model
+    text = {n for n, m in norms(model) if "forward" in vars(m)}
+    assert text and text == {n for n, _ in norms(model) if ".language_model." in n}
+    mlps = [m for m in model.modules() if hasattr(m, "gate_up_proj")]
+    assert mlps and all(m.gated is mlps[0].gated for m in mlps)  # one compiled function
+    assert not any("forward" in vars(m) for _, m in norms(loaded.language.model))
+
+
+def test_dequantize_is_exact_and_shared(compiled: Loaded) -> None:
+    """The compiled dequantize gives the eager function's weights bit for bit, and every
+    prefill layer shares the one function."""
+    layers = [m for m in compiled.language.model.modules() if isinstance(m, Int4Linear)]
+    assert len({id(m.dequantize) for m in layers}) == 1
+    assert layers[0].dequantize is not dequantize_for_kernel
+    for layer in layers[:2]:  # two shapes: qkv_proj and o_proj
+        eager = dequantize_for_kernel(
+            layer.awq_qweight, layer.scales_and_zeros, layer.group_size, torch.float32
+        )
+        assert torch.equal(layer.dequantized_weight(torch.float32), eager)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_prefill_logits_and_tokens_match_the_eager_pieces(
+    loaded: Loaded, compiled: Loaded, count: int
+) -> None:
+    reference, fast = (prefill_logits(p, SCENES[:count]) for p in (loaded, compiled))
+    torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-4)
+    assert greedy(compiled, count) == greedy(loaded, count)
+
+
+def greedy(loaded: Loaded, count: int) -> list[int]:
+    embeddings = [loaded.vision.encode(i) for i in SCENES[:count]]
+    prompt = loaded.language.build_prompt([Turn("How many squares?", count)], embeddings)
+    tokens: list[int] = []
+    generation = Generation(loaded.language.model, prompt, SamplingOptions(12))
+    run(generation, [], tokens.append, bool)
+    return tokens

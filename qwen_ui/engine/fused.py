@@ -122,7 +122,8 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
     """The stock Qwen2(.5)-VL text attention forward (transformers 5), with the three
     projections computed by one call."""
     family = sys.modules[type(attn).__module__]  # the functions the stock forward calls
-    rotary, eager = family.apply_rotary_pos_emb, family.eager_attention_forward
+    eager = family.eager_attention_forward
+    attn.rotary = family.apply_rotary_pos_emb  # a compiled one may replace it (prefill.py)
     functions = family.ALL_ATTENTION_FUNCTIONS
 
     def forward(
@@ -142,7 +143,7 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
         )
         assert position_embeddings is not None
         cos, sin = position_embeddings
-        q, k = rotary(q, k, cos, sin)
+        q, k = attn.rotary(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
         if q_len == 1 and attn.num_key_value_groups > 1 and torch.compiler.is_compiling():

@@ -2,13 +2,12 @@
 
 A prefill runs the language model eagerly over the whole prompt (a thousand rows for one
 1024x768 image), so every elementwise step is a full pass over the activations and a
-kernel launch: on the 7B architecture an RMS norm is seven kernels, an MLP's gated
-activation two passes over its widest activations, and the dequantize of an int4 weight
-a dozen passes (docs/BENCHMARKS.md, "Where time to first token goes"). Here each becomes
-one Inductor kernel. They compile on first use, once per distinct shape class (the
-prompt's length is dynamic), and the compiled decode step traces through them as through
-the eager versions. CUDA only; the loader calls :func:`compile_prefill` when a long
-prefill dequantizes (``prefill_dequant_rows``).
+kernel launch: on the 7B architecture an RMS norm is seven kernels, a rotary embedding
+a dozen, an MLP's gated activation two passes over its widest activations, and the
+dequantize of an int4 weight a dozen passes (docs/BENCHMARKS.md, "Where time to first
+token goes"). Here each becomes one Inductor kernel. They compile on first use, once per
+distinct shape class (the prompt's length is dynamic). CUDA only; the loader calls
+:func:`compile_prefill` when a long prefill dequantizes (``prefill_dequant_rows``).
 """
 
 from __future__ import annotations
@@ -43,20 +42,39 @@ def silu_gated(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def compile_prefill(model: nn.Module) -> None:
     """Install the compiled dequantize on every int4 layer that dequantizes for long
-    prefills, and compiled norms and gated activations in the language model."""
+    prefills; and in the language model, compiled norms, rotary embeddings and gated
+    activations for inputs of more than one row (a decode step keeps the eager ones: one
+    row is a handful of small kernels, which the compiled decode step fuses anyway)."""
     _dequantize(model)
-    language = _language_model(model)
     norm = torch.compile(rms_norm, dynamic=True)
     gated = torch.compile(silu_gated, dynamic=True)
-    norms = mlps = 0
-    for module in language.modules():
+    rotaries: dict[Callable[..., Any], Callable[..., Any]] = {}
+    counts = {"norms": 0, "rotary": 0, "gated": 0}
+    module: Any
+    for module in _language_model(model).modules():
         if type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"):
             module.forward = _norm_forward(module, norm)  # type: ignore[method-assign]
-            norms += 1
-        elif hasattr(module, "gated") and type(module.act_fn).__name__ in SILU:
-            module.gated = gated  # type: ignore[assignment]
-            mlps += 1
-    log.info("prefill compiled: %d norms, %d gated activations", norms, mlps)
+            counts["norms"] += 1
+        if hasattr(module, "rotary"):
+            eager = module.rotary
+            if eager not in rotaries:
+                rotaries[eager] = torch.compile(eager, dynamic=True)
+            module.rotary = _rows(rotaries[eager], eager)
+            counts["rotary"] += 1
+        if hasattr(module, "gated") and type(module.act_fn).__name__ in SILU:
+            module.gated = _rows(gated, module.gated)
+            counts["gated"] += 1
+    log.info("prefill compiled: %s", counts)
+
+
+def _rows(compiled: Callable[..., Any], eager: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled`` for inputs of more than one row (the first argument's next-to-last
+    dimension), else ``eager``."""
+
+    def call(first: torch.Tensor, *rest: Any) -> Any:
+        return (compiled if first.shape[-2] > 1 else eager)(first, *rest)
+
+    return call
 
 
 def _dequantize(model: nn.Module) -> None:
@@ -78,7 +96,11 @@ def _language_model(model: nn.Module) -> nn.Module:
 def _norm_forward(
     module: Any, norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 ) -> Callable[[torch.Tensor], torch.Tensor]:
+    eager = type(module).forward
+
     def forward(hidden: torch.Tensor) -> torch.Tensor:
-        return norm(hidden, module.weight, module.variance_epsilon)
+        if hidden.shape[-2] > 1:
+            return norm(hidden, module.weight, module.variance_epsilon)
+        return eager(module, hidden)  # type: ignore[no-any-return]
 
     return forward

@@ -15,8 +15,10 @@ import torch
 # kernel or operator name fragments (lower case) -> category, first match wins
 CATEGORIES = (
     ("int4 matmul", ("int4", "tinygemm")),
-    # Inductor's kernel for the prefill's dequantize (int4 nibbles shifted and masked)
-    ("dequantize", ("bitwise", "rshift")),
+    # the prefill's dequantize: Inductor's kernel (int4 nibbles shifted and masked) or the
+    # Triton unpacking (engine/tinygemm_unpack.py); "bitwise" alone also names the decode
+    # attention's masked softmax
+    ("dequantize", ("rshift", "unpack_tiles")),
     ("attention", ("flash", "attention", "fmha", "sdpa", "softmax")),
     ("bf16 matmul", ("gemv", "gemm", "matmul", "cublas", "cutlass", "nvjet", "mm")),
     ("copies", ("copy", "memcpy", "memset", "cat")),

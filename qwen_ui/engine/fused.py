@@ -13,11 +13,12 @@ fused model's logits to the unfused one's.
 
 Under ``torch.compile`` (the static-cache decode step), the same forward gives a step's
 attention (one query token) to :func:`decode_attention`: the query heads of each K/V head
-are that head's rows, scored in float32 by a product and sum that Inductor fuses into a
-few kernels reading the cache once. The stock path copies the whole static cache once per
-query head first (``repeat_kv``, which transformers' SDPA path calls when a mask is
-present: 0.62 of 4.03 ms of a 7B step on the H200, ``bench/profile_decode.py``); handing
-the packed rows to SDPA instead took its memory-efficient kernel and was slower.
+are that head's rows, scored in float32 by a product and sum that Inductor fuses with the
+softmax, then one batched matmul with V: the cache is read once. The stock path copies the
+whole static cache once per query head first (``repeat_kv``, which transformers' SDPA
+path calls when a mask is present: 0.62 of 4.03 ms of a 7B step on the H200,
+``bench/profile_decode.py``); handing the packed rows to SDPA instead took its
+memory-efficient kernel and was slower.
 """
 
 from __future__ import annotations
@@ -172,10 +173,11 @@ def decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
 ) -> torch.Tensor:
     """Attention of one query token (``q``: batch, heads, 1, dim) over grouped K/V heads
-    (``k``/``v``: batch, kv heads, length, dim) in float32, without repeating K/V per query
-    head. ``mask`` (batch, 1, 1, length or more; boolean = keep, else added) broadcasts
-    over the heads. Returns batch, 1, heads, dim, as the attention interfaces do. Written
-    for Inductor: eager, it builds a (rows x length x dim) product."""
+    (``k``/``v``: batch, kv heads, length, dim), scores and softmax in float32, without
+    repeating K/V per query head. ``mask`` (batch, 1, 1, length or more; boolean = keep,
+    else added) broadcasts over the heads. Returns batch, 1, heads, dim, as the attention
+    interfaces do. Written for Inductor: eager, it builds a (rows x length x dim)
+    product."""
     batch, heads, _, dim = q.shape
     rows = q.reshape(batch, k.shape[1], heads // k.shape[1], 1, dim).float() * scale
     scores = (rows * k.unsqueeze(2).float()).sum(-1)  # batch, kv heads, rows, length
@@ -184,6 +186,9 @@ def decode_attention(
         scores = (
             scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         )
-    probs = torch.softmax(scores, dim=-1).unsqueeze(-1)
-    out = (probs * v.unsqueeze(2).float()).sum(-2)  # batch, kv heads, rows, dim
-    return out.to(q.dtype).reshape(batch, heads, 1, dim).transpose(1, 2)
+    # the weights in V's dtype, as flash attention rounds them, through a batched matmul:
+    # a product-and-sum over the length made Inductor one slow reduction (100 us a layer
+    # at 4,352 cache slots on the H200)
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    out = torch.matmul(probs, v)  # batch, kv heads, rows, dim
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2)

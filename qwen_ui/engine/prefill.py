@@ -19,7 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from qwen_ui.engine.awq import Int4Linear, dequantize_for_kernel, dequantize_tinygemm
+from qwen_ui.engine.awq import (
+    DequantizePacked,
+    Int4Linear,
+    dequantize_for_kernel,
+    dequantize_tinygemm,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +84,44 @@ def _rows(compiled: Callable[..., Any], eager: Callable[..., Any]) -> Callable[.
 
 def _dequantize(model: nn.Module) -> None:
     """One compiled dequantize for every int4 layer: Inductor fuses the unpacking and
-    scaling into one kernel per layer shape."""
+    scaling into one kernel per layer shape. Layers that read the CUDA kernel's packed
+    weight take the Triton unpacking instead wherever it gives the eager function's weight
+    bit for bit (checked once per layer shape here)."""
     fused = torch.compile(dequantize_for_kernel, dynamic=False)
     fused_packed = torch.compile(dequantize_tinygemm, dynamic=False)
+    checked: dict[tuple[int, ...], bool] = {}
     for module in model.modules():
         if isinstance(module, Int4Linear) and module.prefill_rows:
             module.dequantize = fused
             module.dequantize_packed = fused_packed
+            if hasattr(module, "tile_gather") and _unpacks_alike(module, checked):
+                module.dequantize_packed = _triton_unpack()
+
+
+def _triton_unpack() -> DequantizePacked:
+    # imported here: Triton comes with CUDA builds of torch, which a CPU install may lack
+    from qwen_ui.engine.tinygemm_unpack import unpack_dequantize
+
+    return unpack_dequantize
+
+
+def _unpacks_alike(layer: Int4Linear, checked: dict[tuple[int, ...], bool]) -> bool:
+    """Whether :func:`unpack_dequantize` gives :func:`dequantize_tinygemm`'s weight for
+    this layer's shape (the first layer of each shape decides)."""
+    shape = (*layer.packed.shape, layer.group_size)
+    if shape not in checked:
+        args = (layer.packed, layer.tile_gather, layer.scales_and_zeros, layer.group_size)
+        try:
+            checked[shape] = torch.equal(
+                _triton_unpack()(*args, torch.bfloat16),
+                dequantize_tinygemm(*args, torch.bfloat16),
+            )
+        except Exception:  # any failure means: keep Inductor's kernel
+            log.exception("the Triton unpacking failed for %s", shape)
+            checked[shape] = False
+        if not checked[shape]:
+            log.warning("int4 unpacking: Inductor's kernel kept for packed shape %s", shape)
+    return checked[shape]
 
 
 def _language_model(model: nn.Module) -> nn.Module:

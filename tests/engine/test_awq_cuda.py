@@ -13,12 +13,15 @@ from qwen_ui.engine.awq import (
     Int4Linear,
     dequantize_awq,
     dequantize_for_kernel,
+    dequantize_tinygemm,
     pack_for_cuda,
     tile_gather,
     unpack_tinygemm,
 )
 from qwen_ui.engine.generate import Generation, Prompt, SamplingOptions, run
 from qwen_ui.engine.loading import load_model
+from qwen_ui.engine.prefill import compile_prefill
+from qwen_ui.engine.tinygemm_unpack import unpack_dequantize
 from tests.engine.support import awq_pack, awq_quantize
 
 pytestmark = pytest.mark.gpu
@@ -79,3 +82,25 @@ def test_cuda_awq_model_generates_like_cpu_reference(
     prompt = Prompt(ids.to(cuda), torch.zeros_like(ids, dtype=torch.int32).to(cuda), None)
     run(Generation(gpu, prompt, SamplingOptions(8)), [], tokens.append, lambda: False)
     assert len(tokens) == 8
+
+
+@pytest.mark.parametrize(("tiles", "group"), [(2, 32), (4, 64), (8, 128), (8, 32)])
+def test_triton_unpacking_is_the_eager_dequantize(
+    cuda: torch.device, tiles: int, group: int
+) -> None:
+    """Bit for bit, from the kernel's own packing (the loader checks the same per shape)."""
+    torch.manual_seed(tiles + group)
+    n, k = 48, 16 * tiles * 4
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, device=cuda)
+    packed, gather = pack_for_cuda(q, tiles), tile_gather(cuda, tiles)
+    sz = (torch.randn(k // group, n, 2, device=cuda) * 0.05).to(torch.bfloat16)
+    eager = dequantize_tinygemm(packed, gather, sz, group, torch.bfloat16)
+    assert torch.equal(unpack_dequantize(packed, gather, sz, group, torch.bfloat16), eager)
+
+
+def test_prefill_layers_take_the_triton_unpacking(cuda: torch.device) -> None:
+    torch.manual_seed(2)
+    q, z, s = awq_quantize(torch.randn(512, 1024) * 0.05)
+    layer = Int4Linear.from_awq(awq_pack(q), awq_pack(z), s, None, 128, cuda, torch.bfloat16, 16)
+    compile_prefill(nn.ModuleList([layer]))
+    assert layer.dequantize_packed is unpack_dequantize

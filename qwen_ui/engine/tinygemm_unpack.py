@@ -1,0 +1,72 @@
+"""The dequantized prefill's weight, straight from the CUDA int4 kernel's packed layout, by a
+Triton kernel that reads each packed block once and writes its tile row-major.
+
+``torch._convert_weight_to_int4pack`` (PyTorch's ``int4mm.cu``) packs an ``[n, k]`` int4
+matrix as ``packed[n / 8, k / (16 t), 32, t / 2]`` int32 (``t`` inner k-tiles): block
+``(n-tile, k-tile)`` holds the ``[8, 16 t]`` tile of those rows and columns. Its lane
+``l`` (0..31) and word ``p`` (0..t/2-1) hold row ``l // 4``; nibble ``j`` of the word
+(bits ``4 j``) is column ``32 p + 8 i + 2 q + h`` of the tile, where ``q = l % 4``,
+``i = j % 4`` and ``h = j // 4`` (high nibbles of four bytes, then their low nibbles;
+``tests/engine/test_awq.py`` writes that rule out). So the tile is a fixed permutation of
+the block's nibbles, ``[r, q, p, h, i] -> [r, p, i, q, h]``, done in registers.
+
+Inductor's kernel for :func:`qwen_ui.engine.awq.dequantize_tinygemm` gathers each output
+value's word through an index table and moved the weight at about a third of a device
+copy's bandwidth (docs/BENCHMARKS.md). The loader checks this kernel against that function
+on every layer shape before using it (:func:`qwen_ui.engine.prefill.compile_prefill`).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _unpack_tiles(packed, sz, out, n, k, group, TILES: tl.constexpr):  # type: ignore[no-untyped-def]
+    """One program per ``[8, 16 TILES]`` tile: ``out = (q - 8) * s + z`` rounded to
+    ``out``'s dtype after the product and after the sum, as the eager bf16 ops round."""
+    words_per_lane: tl.constexpr = TILES // 2
+    width: tl.constexpr = 16 * TILES
+    n_tile, k_tile = tl.program_id(0), tl.program_id(1)
+    block = (n_tile * (k // width) + k_tile) * 32 * words_per_lane
+    lanes = tl.arange(0, 32)[:, None] * words_per_lane + tl.arange(0, words_per_lane)[None, :]
+    words = tl.load(packed + block + lanes)  # [lane, word]
+    nibbles = (words[:, :, None] >> (tl.arange(0, 8) * 4)[None, None, :]) & 0xF
+    tile = tl.reshape(nibbles, (8, 4, words_per_lane, 2, 4))  # r, q, p, h, i
+    tile = tl.reshape(tl.permute(tile, (0, 2, 4, 1, 3)), (8, width))  # r, (p, i, q, h)
+    rows = n_tile * 8 + tl.arange(0, 8)[:, None]
+    cols = k_tile * width + tl.arange(0, width)[None, :]
+    at = ((cols // group) * n + rows) * 2
+    scale = tl.load(sz + at).to(tl.float32)
+    zero = tl.load(sz + at + 1).to(tl.float32)
+    rounded = ((tile.to(tl.float32) - 8.0) * scale).to(
+        out.dtype.element_ty, fp_downcast_rounding="rtne"
+    )
+    scaled = rounded.to(tl.float32)
+    tl.store(
+        out + rows * k + cols, (scaled + zero).to(out.dtype.element_ty, fp_downcast_rounding="rtne")
+    )
+
+
+def unpack_dequantize(
+    packed: torch.Tensor,
+    gather: torch.Tensor,
+    scales_and_zeros: torch.Tensor,
+    group_size: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``[n, k]`` in ``dtype`` (the kernel's bf16 scales and zeros), as
+    :func:`qwen_ui.engine.awq.dequantize_tinygemm` computes it; ``gather`` is not needed
+    (the layout is closed-form here) and kept for the same signature."""
+    del gather
+    n_tiles, k_tiles, lanes, words = packed.shape
+    tiles = 2 * words
+    n, k = n_tiles * 8, k_tiles * 16 * tiles
+    if lanes != 32 or scales_and_zeros.dtype != torch.bfloat16 or dtype != torch.bfloat16:
+        raise ValueError("unpack_dequantize takes the CUDA kernel's layout and bf16 scales")
+    out = torch.empty((n, k), dtype=dtype, device=packed.device)
+    grid = (n_tiles, k_tiles)
+    _unpack_tiles[grid](packed, scales_and_zeros, out, n, k, group_size, TILES=tiles)
+    return out

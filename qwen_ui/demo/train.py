@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import logging
 import math
@@ -443,12 +444,19 @@ class PaddedAttention:
         return forward
 
 
+@functools.cache
+def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The processor's mean and std on ``device``, copied there once (a copy from host
+    memory per step waited for the device each time)."""
+    return IMAGE_MEAN.to(device), IMAGE_STD.to(device)
+
+
 def to_device(batch: Batch, device: torch.device) -> Batch:
     out = {
         k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
         for k, v in batch.items()
     }
-    out["pixel_values"] = restore_pixels(out.pop("pixel_u8"), IMAGE_MEAN, IMAGE_STD)
+    out["pixel_values"] = restore_pixels(out.pop("pixel_u8"), *normalisation(device))
     vision = dict(batch["vision"])
     plans = vision.pop("plans")
     out["vision"] = {k: t.to(device, non_blocking=True) for k, t in vision.items()}
@@ -553,12 +561,13 @@ class AuxHead(torch.nn.Module):
         guess = [logits.argmax(1) for logits in parts]
         on, centre = labels[:, 0] > 0, labels[:, 2] > 0
         stats = {
-            "shape_hit": (guess[0] == labels[:, 0])[on].sum(),
-            "colour_hit": (guess[1] == labels[:, 1])[on].sum(),
+            # masked sums, not boolean indexing: indexing waits for the device every step
+            "shape_hit": ((guess[0] == labels[:, 0]) & on).sum(),
+            "colour_hit": ((guess[1] == labels[:, 1]) & on).sum(),
             "on": on.sum(),
-            "centre_hit": (guess[2] == labels[:, 2])[centre].sum(),
+            "centre_hit": ((guess[2] == labels[:, 2]) & centre).sum(),
             "centre": centre.sum(),
-            "centre_false": (guess[2] > 0)[~centre].sum(),
+            "centre_false": ((guess[2] > 0) & ~centre).sum(),
         }
         return torch.as_tensor(loss), stats
 

@@ -65,12 +65,6 @@ def test_awq_agrees_with_bf16(answers: dict[str, list[str]]) -> None:
     assert same >= len(FIXED) - 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped weights are not trained to the bar yet (run 9: 79.95 % held-out; "
-    "15 of these 16 right in both revisions, a total count of 4 answered 5; "
-    "docs/demo-model.md)",
-)
 @pytest.mark.parametrize("revision", ["bf16", "awq"])
 def test_answers_are_right(answers: dict[str, list[str]], revision: str) -> None:
     wrong = [

@@ -28,7 +28,13 @@ from qwen_ui.engine.awq import (
 
 log = logging.getLogger(__name__)
 
-SILU = ("SiLU", "SiLUActivation")  # torch's and transformers' (ACT2FN["silu"])
+SILU = ("SiLU", "SiLUActivation")
+# Inductor computes a fused chain in float32 and rounds once; eager bf16 rounds after every
+# op. Rounding where eager does keeps the prefill's logits those of the eager model (a
+# near-tied first token of a demo question flipped without it on the H200).
+EAGER_ROUNDING: dict[str, str | int | bool | Callable[..., Any]] = {
+    "emulate_precision_casts": True
+}  # torch's and transformers' (ACT2FN["silu"])
 
 
 def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -51,8 +57,8 @@ def compile_prefill(model: nn.Module) -> None:
     activations for inputs of more than one row (a decode step keeps the eager ones: one
     row is a handful of small kernels, which the compiled decode step fuses anyway)."""
     _dequantize(model)
-    norm = torch.compile(rms_norm, dynamic=True)
-    gated = torch.compile(silu_gated, dynamic=True)
+    norm = torch.compile(rms_norm, dynamic=True, options=EAGER_ROUNDING)
+    gated = torch.compile(silu_gated, dynamic=True, options=EAGER_ROUNDING)
     rotaries: dict[Callable[..., Any], Callable[..., Any]] = {}
     counts = {"norms": 0, "rotary": 0, "gated": 0}
     module: Any
@@ -63,7 +69,7 @@ def compile_prefill(model: nn.Module) -> None:
         if hasattr(module, "rotary"):
             eager = module.rotary
             if eager not in rotaries:
-                rotaries[eager] = torch.compile(eager, dynamic=True)
+                rotaries[eager] = torch.compile(eager, dynamic=True, options=EAGER_ROUNDING)
             module.rotary = _rows(rotaries[eager], eager)
             counts["rotary"] += 1
         if hasattr(module, "gated") and type(module.act_fn).__name__ in SILU:
@@ -87,8 +93,8 @@ def _dequantize(model: nn.Module) -> None:
     scaling into one kernel per layer shape. Layers that read the CUDA kernel's packed
     weight take the Triton unpacking instead wherever it gives the eager function's weight
     bit for bit (checked once per layer shape here)."""
-    fused = torch.compile(dequantize_for_kernel, dynamic=False)
-    fused_packed = torch.compile(dequantize_tinygemm, dynamic=False)
+    fused = torch.compile(dequantize_for_kernel, dynamic=False, options=EAGER_ROUNDING)
+    fused_packed = torch.compile(dequantize_tinygemm, dynamic=False, options=EAGER_ROUNDING)
     checked: dict[tuple[int, ...], bool] = {}
     for module in model.modules():
         if isinstance(module, Int4Linear) and module.prefill_rows:

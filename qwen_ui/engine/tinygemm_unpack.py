@@ -18,36 +18,53 @@ on every layer shape before using it (:func:`qwen_ui.engine.prefill.compile_pref
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def _unpack_tiles(packed, sz, out, n, k, group, TILES: tl.constexpr):  # type: ignore[no-untyped-def]
-    """One program per ``[8, 16 TILES]`` tile: ``out = (q - 8) * s + z`` rounded to
-    ``out``'s dtype after the product and after the sum, as the eager bf16 ops round."""
+def _unpack_tiles(packed, sz, out, n, k, group, TILES: tl.constexpr, SPAN: tl.constexpr):  # type: ignore[no-untyped-def]
+    """One program per ``SPAN`` consecutive ``[8, 16 TILES]`` tiles of one row tile (their
+    blocks are contiguous): ``out = (q - 8) * s + z`` rounded to ``out``'s dtype after the
+    product and after the sum, as the eager bf16 ops round."""
     words_per_lane: tl.constexpr = TILES // 2
     width: tl.constexpr = 16 * TILES
-    n_tile, k_tile = tl.program_id(0), tl.program_id(1)
-    block = (n_tile * (k // width) + k_tile) * 32 * words_per_lane
+    k_tiles = k // width
+    n_tile = tl.program_id(0)
+    tiles = tl.program_id(1) * SPAN + tl.arange(0, SPAN)  # k-tiles of this program
+    inside = tiles < k_tiles
     lanes = tl.arange(0, 32)[:, None] * words_per_lane + tl.arange(0, words_per_lane)[None, :]
-    words = tl.load(packed + block + lanes)  # [lane, word]
-    nibbles = (words[:, :, None] >> (tl.arange(0, 8) * 4)[None, None, :]) & 0xF
-    tile = tl.reshape(nibbles, (8, 4, words_per_lane, 2, 4))  # r, q, p, h, i
-    tile = tl.reshape(tl.permute(tile, (0, 2, 4, 1, 3)), (8, width))  # r, (p, i, q, h)
+    block = (n_tile * k_tiles + tiles) * 32 * words_per_lane
+    words = tl.load(packed + block[:, None, None] + lanes[None, :, :], mask=inside[:, None, None])
+    nibbles = (words[:, :, :, None] >> (tl.arange(0, 8) * 4)[None, None, None, :]) & 0xF
+    tile = tl.reshape(nibbles, (SPAN, 8, 4, words_per_lane, 2, 4))  # s, r, q, p, h, i
+    tile = tl.permute(tile, (1, 0, 3, 5, 2, 4))  # r, s, p, i, q, h
+    tile = tl.reshape(tile, (8, SPAN * width))
     rows = n_tile * 8 + tl.arange(0, 8)[:, None]
-    cols = k_tile * width + tl.arange(0, width)[None, :]
+    cols = tl.program_id(1) * SPAN * width + tl.arange(0, SPAN * width)[None, :]
+    keep = cols < k
     at = ((cols // group) * n + rows) * 2
-    scale = tl.load(sz + at).to(tl.float32)
-    zero = tl.load(sz + at + 1).to(tl.float32)
-    rounded = ((tile.to(tl.float32) - 8.0) * scale).to(
+    scale = tl.load(sz + at, mask=keep).to(tl.float32)
+    zero = tl.load(sz + at + 1, mask=keep).to(tl.float32)
+    product = ((tile.to(tl.float32) - 8.0) * scale).to(
         out.dtype.element_ty, fp_downcast_rounding="rtne"
     )
-    scaled = rounded.to(tl.float32)
-    tl.store(
-        out + rows * k + cols, (scaled + zero).to(out.dtype.element_ty, fp_downcast_rounding="rtne")
-    )
+    value = (product.to(tl.float32) + zero).to(out.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(out + rows * k + cols, value, mask=keep)
+
+
+@functools.cache
+def _tuned() -> Any:
+    """The kernel with its tile span and warps chosen by Triton's autotuner per layer
+    shape, on first use (made here: the autotuner needs a GPU driver)."""
+    configs = [
+        triton.Config({"SPAN": span}, num_warps=warps) for span in (1, 2, 4, 8) for warps in (4, 8)
+    ]
+    return triton.autotune(configs=configs, key=["n", "k", "group"])(_unpack_tiles)
 
 
 def unpack_dequantize(
@@ -67,6 +84,13 @@ def unpack_dequantize(
     if lanes != 32 or scales_and_zeros.dtype != torch.bfloat16 or dtype != torch.bfloat16:
         raise ValueError("unpack_dequantize takes the CUDA kernel's layout and bf16 scales")
     out = torch.empty((n, k), dtype=dtype, device=packed.device)
-    grid = (n_tiles, k_tiles)
-    _unpack_tiles[grid](packed, scales_and_zeros, out, n, k, group_size, TILES=tiles)
+
+    def grid(meta: dict[str, int]) -> tuple[int, int]:
+        return (n_tiles, triton.cdiv(k_tiles, meta["SPAN"]))
+
+    args = (packed, scales_and_zeros, out, n, k, group_size)
+    if packed.is_cuda:
+        _tuned()[grid](*args, TILES=tiles)
+    else:  # Triton's interpreter (tests): no autotuning there
+        _unpack_tiles[grid](*args, TILES=tiles, SPAN=2)
     return out

@@ -84,13 +84,15 @@ def test_cuda_awq_model_generates_like_cpu_reference(
     assert len(tokens) == 8
 
 
-@pytest.mark.parametrize(("tiles", "group"), [(2, 32), (4, 64), (8, 128), (8, 32)])
+@pytest.mark.parametrize(
+    ("tiles", "group", "k_tiles"), [(2, 32, 4), (4, 64, 4), (8, 128, 4), (8, 32, 4), (8, 128, 7)]
+)
 def test_triton_unpacking_is_the_eager_dequantize(
-    cuda: torch.device, tiles: int, group: int
+    cuda: torch.device, tiles: int, group: int, k_tiles: int
 ) -> None:
     """Bit for bit, from the kernel's own packing (the loader checks the same per shape)."""
     torch.manual_seed(tiles + group)
-    n, k = 48, 16 * tiles * 4
+    n, k = 48, 16 * tiles * k_tiles
     q = torch.randint(0, 16, (n, k), dtype=torch.int32, device=cuda)
     packed, gather = pack_for_cuda(q, tiles), tile_gather(cuda, tiles)
     sz = (torch.randn(k // group, n, 2, device=cuda) * 0.05).to(torch.bfloat16)

@@ -8,6 +8,7 @@ Run there: ``python -m pytest tests/engine/test_gpu_decode.py -m gpu -q``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -36,6 +37,9 @@ def load(store: ModelStore, prefill_rows: int, fuse: bool) -> Loaded:
 
 @pytest.mark.parametrize("prefill_rows", [0, 16], ids=["int4-prefill", "dequant-prefill"])
 def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int) -> None:
+    """The same greedy tokens, except where the reference itself is undecided: a token
+    whose top two logits are within :data:`NEAR_TIE` may go either way between two bf16
+    paths (int4 kernel against bf16 matmuls, eager against fused ops), at most once."""
     store = ModelStore(tmp_path)
     store.install(WEIGHTS, DEMO_MODEL_ID, "awq")
     reference, fast = load(store, 0, False), load(store, prefill_rows, True)  # fused projections
@@ -44,10 +48,7 @@ def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int)
     for sample in scenes.held_out(N_HELD_OUT, seed=7):
         answers = []
         for loaded, mode in ((reference, "eager"), (fast, "static")):
-            embeddings = [loaded.vision.encode(i) for i in sample.images()]
-            prompt = loaded.language.build_prompt(
-                [Turn(sample.question, len(embeddings))], embeddings
-            )
+            prompt = prompt_for(loaded, sample)
             tokens: list[int] = []
             generation = (
                 Generation(loaded.language.model, prompt, SamplingOptions(24))
@@ -59,5 +60,31 @@ def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int)
             run(generation, loaded.language.stop_ids, tokens.append, bool)
             answers.append(tokens)
         if answers[0] != answers[1]:
-            mismatches.append((sample.question, answers))
-    assert not mismatches, mismatches
+            margin = reference_margin(reference, sample, answers[0], answers[1])
+            mismatches.append((sample.question, answers, round(margin, 4)))
+    assert len(mismatches) <= 1 and all(m[2] < NEAR_TIE for m in mismatches), mismatches
+
+
+NEAR_TIE = 0.25  # logits: two bf16 steps at magnitudes 16-32
+
+
+def prompt_for(loaded: Loaded, sample: scenes.Sample) -> Any:
+    embeddings = [loaded.vision.encode(i) for i in sample.images()]
+    return loaded.language.build_prompt([Turn(sample.question, len(embeddings))], embeddings)
+
+
+def reference_margin(
+    loaded: Loaded, sample: scenes.Sample, ours: list[int], theirs: list[int]
+) -> float:
+    """The reference's top-1 minus top-2 logit where the two answers first differ."""
+    pairs = zip([*ours, -1], [*theirs, -2], strict=False)  # -1/-2: an answer's end
+    at = next(i for i, (a, b) in enumerate(pairs) if a != b)
+    generation = Generation(loaded.language.model, prompt_for(loaded, sample), SamplingOptions(24))
+    seen: list[torch.Tensor] = []
+    generation.choose = lambda logits: seen.append(logits.float().flatten()) or 0  # type: ignore[method-assign]
+    generation.prefill()
+    for token in ours[:at]:
+        generation.step(token)
+    generation.release()
+    top = torch.topk(seen[at], 2).values
+    return float(top[0] - top[1])

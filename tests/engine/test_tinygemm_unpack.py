@@ -22,9 +22,11 @@ from qwen_ui.engine.tinygemm_unpack import unpack_dequantize
 from tests.engine.test_awq import tinygemm_pack
 
 awq.pack_for_cuda = tinygemm_pack  # the rule written out, for tile_gather's probes
-for tiles, group in [(2, 32), (4, 64), (8, 128), (8, 32)]:
+# k-tiles per row: 4, and 3 (the interpreter runs 2 per program: the last one masked)
+CASES = [(2, 32, 4), (4, 64, 4), (8, 128, 4), (8, 32, 4), (2, 32, 3), (8, 128, 3)]
+for tiles, group, k_tiles in CASES:
     torch.manual_seed(tiles + group)
-    n, k = 16, 32 * tiles * 2
+    n, k = 16, 16 * tiles * k_tiles
     q = torch.randint(0, 16, (n, k), dtype=torch.int32)
     packed = tinygemm_pack(q, tiles)
     gather = awq.tile_gather.__wrapped__(torch.device("cpu"), tiles)

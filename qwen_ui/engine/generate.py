@@ -5,8 +5,9 @@ sampling generator) lives in :class:`Generation`, which belongs to one request. 
 model object is only called, never written to: positions are computed per request with
 ``get_rope_index`` and passed explicitly, so ``model.model.rope_deltas`` is never read.
 
-``Generation.step`` is the only per-token work (one forward call plus the choice of the next
-token); a static KV cache or a compiled step can replace it without touching the loop.
+``Generation.launch`` and ``Generation.collect`` are the only per-token work (one forward
+call, then the choice of the next token); a static KV cache or a compiled step can replace
+them without touching the loop.
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ class Generation:
         self.cache_len = 0
         self._ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pos = torch.zeros((3, 1, 1), dtype=torch.long, device=self.device)
+        self._pending: torch.Tensor | None = None  # logits of a launched step
 
     @torch.inference_mode()
     def prefill(self) -> int:
@@ -206,21 +208,33 @@ class Generation:
         return self.choose(out.logits[:, -1, :])
 
     @torch.inference_mode()
-    def step(self, token: int) -> int:
+    def launch(self, token: int) -> None:
+        """Start the forward step that follows ``token``; on CUDA the device runs it while
+        the host goes on (:meth:`collect` takes its token)."""
         if self.decode_mode == "static":
             self._ids.fill_(token)
             self._pos.fill_(self.position + self.rope_delta)
             out = self.step_forward(
                 input_ids=self._ids, position_ids=self._pos, cache=self.cache, use_cache=True
             )
-            self.position += 1
-            return self.choose(out.logits[:, -1, :])
-        ids = torch.tensor([[token]], device=self.device)
-        pos = torch.full((3, 1, 1), self.position + self.rope_delta, device=self.device)
-        out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True)
-        self.cache = out.cache
+        else:
+            ids = torch.tensor([[token]], device=self.device)
+            pos = torch.full((3, 1, 1), self.position + self.rope_delta, device=self.device)
+            out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True)
+            self.cache = out.cache
         self.position += 1
-        return self.choose(out.logits[:, -1, :])
+        self._pending = out.logits[:, -1, :]
+
+    @torch.inference_mode()
+    def collect(self) -> int:
+        """The token of the step :meth:`launch` started (waits for the device)."""
+        logits, self._pending = self._pending, None
+        assert logits is not None, "collect() without launch()"
+        return self.choose(logits)
+
+    def step(self, token: int) -> int:
+        self.launch(token)
+        return self.collect()
 
     def choose(self, logits: torch.Tensor) -> int:
         if self.options.greedy:
@@ -246,7 +260,10 @@ def run(
     on_token: Callable[[int], None],
     cancelled: Callable[[], bool],
 ) -> Outcome:
-    """Prefill and decode until a stop token, the token cap, or cancellation."""
+    """Prefill and decode until a stop token, the token cap, or cancellation. From the
+    second token on, the next step is launched before ``on_token`` reports the current
+    token, so the host's work per token (detokenizing, the event) overlaps the device's
+    forward instead of adding to it; the first is reported at once."""
     stops = set(stop_ids)
     tokens: list[int] = []
     try:
@@ -257,12 +274,20 @@ def run(
             if token in stops:
                 return Outcome(tokens, "stop")
             tokens.append(token)
-            on_token(token)
-            if len(tokens) >= generation.options.max_new_tokens:
+            first = len(tokens) == 1
+            if first:  # reported at once: the time to first token waits for no launch
+                on_token(token)
+            more = len(tokens) < generation.options.max_new_tokens
+            launched = more and not cancelled()
+            if launched:
+                generation.launch(token)
+            if not first:
+                on_token(token)
+            if not more:
                 return Outcome(tokens, "length")
-            if cancelled():
+            if not launched or cancelled():
                 return Outcome(tokens, "cancelled")
-            token = generation.step(token)
+            token = generation.collect()
     finally:
         generation.release()
 

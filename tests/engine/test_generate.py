@@ -140,3 +140,22 @@ def test_pixel_bounds_take_the_tighter_of_settings_and_model() -> None:
     official = SimpleNamespace(size={"shortest_edge": 3136, "longest_edge": 12_845_056})
     assert pixel_bounds(official, 6272, 1_003_520) == (6272, 1_003_520)
     assert pixel_bounds(SimpleNamespace(size=None), 100, 200) == (100, 200)
+
+
+def test_next_step_launches_before_a_token_is_reported(loaded: Loaded) -> None:
+    """The host reports token n while the device computes token n + 1 (from the second
+    token on; the first is reported at once), and no step is launched past the cap."""
+    embeddings = [loaded.vision.encode(scenes()[0])]
+    prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
+    generation = Generation(loaded.language.model, prompt, SamplingOptions(3))
+    order: list[str] = []
+    real_launch = generation.launch
+    generation.launch = lambda token: order.append("launch") or real_launch(token)  # type: ignore[method-assign]
+    outcome = run(generation, [], lambda _t: order.append("token"), lambda: False)
+    assert outcome.finish_reason == "length"
+    assert order == ["token", "launch", "launch", "token", "token"]
+    reference = Generation(loaded.language.model, prompt, SamplingOptions(3))
+    expected = [reference.prefill()]
+    for _ in range(2):
+        expected.append(reference.step(expected[-1]))
+    assert outcome.tokens == expected

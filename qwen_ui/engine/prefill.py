@@ -28,13 +28,11 @@ from qwen_ui.engine.awq import (
 
 log = logging.getLogger(__name__)
 
-SILU = ("SiLU", "SiLUActivation")
+SILU = ("SiLU", "SiLUActivation")  # torch's and transformers' (ACT2FN["silu"])
 # Inductor computes a fused chain in float32 and rounds once; eager bf16 rounds after every
-# op. Rounding where eager does keeps the prefill's logits those of the eager model (a
-# near-tied first token of a demo question flipped without it on the H200).
-EAGER_ROUNDING: dict[str, str | int | bool | Callable[..., Any]] = {
-    "emulate_precision_casts": True
-}  # torch's and transformers' (ACT2FN["silu"])
+# op. Rounding where eager does keeps the prefill's logits nearer the eager model's (while
+# they rounded once, a near-tied first token of a demo question flipped on the H200).
+EAGER_ROUNDING: dict[str, str | int | bool | Callable[..., Any]] = {"emulate_precision_casts": True}
 
 
 def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

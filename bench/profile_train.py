@@ -109,6 +109,7 @@ def host_syncs(steps: Steps, n: int) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True  # as train.run sets it
     with tempfile.TemporaryDirectory() as out:
         steps = Steps(training_args(args, out), device)
         steps.run(args.warmup)

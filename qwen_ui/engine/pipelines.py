@@ -34,7 +34,6 @@ from qwen_ui.errors import QwenUIError
 
 log = logging.getLogger(__name__)
 
-IMAGE_PAD = "<|image_pad|>"
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
@@ -143,11 +142,12 @@ class LanguagePipeline:
             messages(turns), tokenize=False, add_generation_prompt=True
         )
         counts = [e.features.shape[0] for e in embeddings]
-        text = expand_image_pads(text, counts)
-        ids = self.tokenizer(text, return_tensors="pt")["input_ids"].to(self.device)
+        # one placeholder per image tokenized, then widened among the ids: the text around a
+        # special token tokenizes alike, and the host skips a thousand pads per image
+        short = self.tokenizer(text)["input_ids"]
+        expanded = expand_image_ids(short, self.image_token_id, counts)
+        ids = torch.tensor([expanded], dtype=torch.long).to(self.device)
         type_ids = (ids == self.image_token_id).to(torch.int32)
-        if int(type_ids.sum()) != sum(counts):
-            raise UnsupportedModel(reason="the chat template does not place image tokens")
         grid = None
         if embeddings:
             grid = torch.tensor([e.grid_thw for e in embeddings], device=self.device)
@@ -171,16 +171,20 @@ def messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
     return out
 
 
-def expand_image_pads(text: str, counts: Sequence[int]) -> str:
-    """Replace the i-th ``<|image_pad|>`` with ``counts[i]`` of them (what the processor does)."""
-    parts = text.split(IMAGE_PAD)
-    if len(parts) - 1 != len(counts):
+def expand_image_ids(ids: Sequence[int], pad_id: int, counts: Sequence[int]) -> list[int]:
+    """Replace the i-th ``pad_id`` with ``counts[i]`` of them (what the processor does to the
+    text's ``<|image_pad|>``, done on the token ids)."""
+    places = [i for i, token in enumerate(ids) if token == pad_id]
+    if len(places) != len(counts):
         raise UnsupportedModel(reason="image placeholders do not match the images")
-    pieces = [parts[0]]
-    for count, rest in zip(counts, parts[1:], strict=True):
-        pieces.append(IMAGE_PAD * count)
-        pieces.append(rest)
-    return "".join(pieces)
+    out: list[int] = []
+    start = 0
+    for place, count in zip(places, counts, strict=True):
+        out.extend(ids[start:place])
+        out.extend([pad_id] * count)
+        start = place + 1
+    out.extend(ids[start:])
+    return out
 
 
 def stop_token_ids(model: PreTrainedModel, tokenizer: Any) -> list[int]:

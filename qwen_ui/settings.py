@@ -106,8 +106,9 @@ class Settings(BaseSettings):
         ge=0,
         description="AWQ models: prompts of more tokens than this run each int4 layer on a "
         "weight dequantized for that call (the int4 kernel is slow at large batch: 7B time to "
-        "first token 116 ms instead of 550 on an H200). On CUDA it reads the kernel's own "
-        "weight; on the CPU it keeps AWQ's tensors beside it (4 bits more per weight). 0 = off.",
+        "first token 110-119 ms instead of 550 on an H200). On CUDA it reads the kernel's own "
+        "weight, and the first such prompt compiles the prefill's kernels (once per process); "
+        "on the CPU it keeps AWQ's tensors beside it (4 bits more per weight). 0 = off.",
     )
     fuse_projections: bool = Field(
         True,

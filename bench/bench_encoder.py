@@ -6,6 +6,8 @@ the processor on the chat template (what the encoder replaced), in one process, 
 
 Both paths render the same scenes; the processor path also converts its normalised
 ``pixel_values`` back to bytes, as the old encoder did before shipping them to the GPU.
+It also reports the pixel bytes per sample each path would ship (the encoder sends one of
+the processor's two identical temporal frames).
 Prints one JSON document on stdout.
 """
 
@@ -59,12 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     items = [scenes.sample(10**10 + i) for i in range(args.samples)]
     processor = per_second(through_processor(encode), items)
     encoder = per_second(encode, items)
+    shipped = sum(encode(item)["pixel_u8"].numel() for item in items) / len(items)
+    processor_bytes = sum(through_processor(encode)(item).numel() for item in items) / len(items)
     result = {
         "command": "python bench/bench_encoder.py " + " ".join(sys.argv[1:]),
         "samples": args.samples,
         "processor_samples_per_s": round(processor, 1),
         "encoder_samples_per_s": round(encoder, 1),
         "ratio": round(encoder / processor, 2),
+        # uint8 pixel bytes per sample the loader ships to the training process
+        "encoder_pixel_bytes_per_sample": round(shipped),
+        "processor_pixel_bytes_per_sample": round(processor_bytes),
     }
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0

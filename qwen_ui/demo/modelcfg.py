@@ -12,6 +12,7 @@ from typing import Any
 
 PATCH = 14
 MERGE = 2
+TEMPORAL = 2  # the processor repeats a still image over this many frames
 MIN_PIXELS = 56 * 56
 MAX_PIXELS = 336 * 336
 VOCAB_SIZE = 1024  # 1000 learned BPE tokens + 22 Qwen added tokens, padded to 128
@@ -44,7 +45,7 @@ VISION = {
     "num_heads": 4,
     "patch_size": PATCH,
     "spatial_merge_size": MERGE,
-    "temporal_patch_size": 2,
+    "temporal_patch_size": TEMPORAL,
     "window_size": 112,
     "fullatt_block_indexes": [1, 3],
     "in_chans": 3,

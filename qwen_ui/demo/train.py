@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import modelcfg, scenes
-from qwen_ui.demo.modelcfg import MERGE, PATCH
+from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +104,17 @@ class Encoder:
         return tokens(before)["input_ids"], tokens(after)["input_ids"], gap_ids[1:]
 
     def _patches(self, image: Image.Image) -> tuple[torch.Tensor, list[int]]:
-        """uint8 ``[h/14 * w/14, 1176]`` patches (as ``pixel_values`` before normalising)
-        and the image's ``[t, h, w]`` grid."""
+        """uint8 ``[h/14 * w/14, 3, 196]`` patches, one temporal frame of ``pixel_values``
+        before normalising (a still image's frames are copies of each other, so the batch
+        ships half the bytes and :func:`restore_pixels` repeats them), and the image's
+        ``[t, h, w]`` grid."""
         ip = self.image
         raw = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
         pixels = raw.view(image.height, image.width, 3).permute(2, 0, 1)[None]
         resized = ip.resize(pixels, ip.size, ip.resample, factor=PATCH * MERGE)
         patches, grid_h, grid_w = ip.patchify(resized, PATCH, MERGE, ip.temporal_patch_size)
-        return patches[0], [1, grid_h, grid_w]
+        frames = patches[0].view(patches.shape[1], 3, ip.temporal_patch_size, PATCH * PATCH)
+        return frames[:, :, 0].contiguous(), [1, grid_h, grid_w]
 
     def _conversation(
         self, turns: list[tuple[str, str]], image_tokens: list[int]
@@ -159,10 +162,13 @@ class Encoder:
 
 
 def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """The processor's ``pixel_values`` (to ~1e-7) from :class:`Encoder`'s uint8 patches:
-    rescale to [0, 1] and normalise, as the processor does."""
-    patches = u8.view(u8.shape[0], 3, -1).float() / 255
-    return ((patches - mean.to(u8.device)) / std.to(u8.device)).view(u8.shape)
+    """The processor's ``pixel_values`` (to ~1e-7) from :class:`Encoder`'s uint8 patches
+    (``[n, 3, 196]``, one temporal frame): rescale to [0, 1], normalise, as the processor
+    does, and repeat the frame ``TEMPORAL`` times per channel."""
+    patches = u8.float() / 255
+    normalised = (patches - mean.to(u8.device)) / std.to(u8.device)
+    frames = normalised.unsqueeze(2).expand(-1, -1, TEMPORAL, -1)
+    return frames.reshape(u8.shape[0], -1)
 
 
 N_SHAPE = 1 + len(scenes.SHAPES)  # auxiliary classes: 0 = background, then SHAPES

@@ -71,6 +71,10 @@ def test_bad_input_is_a_json_error_with_its_status(api_client: TestClient) -> No
     too_many = post(api_client, "What?", [png()] * 4)
     assert too_many.status_code == 400
     assert too_many.json()["error"]["code"] == "too_many_images"
+    # a header that checks out and pixels that do not: found before any work, still
+    # (the pixels are decoded lazily, once the embedding cache has missed)
+    broken = post(api_client, "What?", [png(), png()[:60]])
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == "image_unreadable"
     empty = post(api_client, "   ", [png()])
     assert empty.status_code == 400 and empty.json()["error"]["code"] == "no_question"
     assert post(api_client, "What?", [png()]).status_code == 200  # still serving

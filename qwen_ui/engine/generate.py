@@ -5,9 +5,9 @@ sampling generator) lives in :class:`Generation`, which belongs to one request. 
 model object is only called, never written to: positions are computed per request with
 ``get_rope_index`` and passed explicitly, so ``model.model.rope_deltas`` is never read.
 
-``Generation.launch`` and ``Generation.collect`` are the only per-token work (one forward
-call, then the choice of the next token); a static KV cache or a compiled step can replace
-them without touching the loop.
+``Generation.advance`` is the only per-token work (one forward call, then the choice of
+the next token, both queued on the device); a static KV cache or a compiled step can
+replace it without touching the loop.
 """
 
 from __future__ import annotations
@@ -178,10 +178,21 @@ class Generation:
         self.cache_len = 0
         self._ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pos = torch.zeros((3, 1, 1), dtype=torch.long, device=self.device)
-        self._pending: torch.Tensor | None = None  # logits of a launched step
+        # queue the next step before reading the current token (see :func:`run`): only
+        # where the device runs apart from the host
+        self.ahead = self.device.type == "cuda"
 
     @torch.inference_mode()
     def prefill(self) -> int:
+        return self.choose(self._prefill())
+
+    @torch.inference_mode()
+    def start(self) -> torch.Tensor:
+        """Queue the prefill and the choice of the first token; returns that token as a
+        device tensor (``[1]``), so the host need not wait for it before queueing more."""
+        return self.pick(self._prefill())
+
+    def _prefill(self) -> torch.Tensor:
         positions, self.rope_delta = prompt_positions(self.model, self.prompt)
         kwargs: dict[str, Any] = {}
         if self.prompt.image_features:
@@ -205,41 +216,56 @@ class Generation:
         )
         self.cache = out.cache
         self.position = self.prompt.length
-        return self.choose(out.logits[:, -1, :])
+        return out.logits[:, -1, :]  # type: ignore[no-any-return]
 
     @torch.inference_mode()
-    def launch(self, token: int) -> None:
-        """Start the forward step that follows ``token``; on CUDA the device runs it while
-        the host goes on (:meth:`collect` takes its token)."""
+    def step(self, token: int) -> int:
+        """The token after ``token`` (waits for the device)."""
+        return self.choose(self._forward(token))
+
+    @torch.inference_mode()
+    def advance(self, token: torch.Tensor) -> torch.Tensor:
+        """Queue the step fed by ``token``, a device tensor from :meth:`start` or an earlier
+        call, and the choice of its successor, returned the same way: nothing here waits
+        for the device, so on CUDA the host can queue step n + 1 while step n runs."""
+        return self.pick(self._forward(token))
+
+    def _forward(self, token: int | torch.Tensor) -> torch.Tensor:
+        ids, pos = self._inputs(token)
         if self.decode_mode == "static":
-            self._ids.fill_(token)
-            self._pos.fill_(self.position + self.rope_delta)
             out = self.step_forward(
-                input_ids=self._ids, position_ids=self._pos, cache=self.cache, use_cache=True
+                input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True
             )
         else:
-            ids = torch.tensor([[token]], device=self.device)
-            pos = torch.full((3, 1, 1), self.position + self.rope_delta, device=self.device)
             out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True)
             self.cache = out.cache
         self.position += 1
-        self._pending = out.logits[:, -1, :]
+        return out.logits[:, -1, :]  # type: ignore[no-any-return]
 
-    @torch.inference_mode()
-    def collect(self) -> int:
-        """The token of the step :meth:`launch` started (waits for the device)."""
-        logits, self._pending = self._pending, None
-        assert logits is not None, "collect() without launch()"
-        return self.choose(logits)
-
-    def step(self, token: int) -> int:
-        self.launch(token)
-        return self.collect()
+    def _inputs(self, token: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's token and positions: in static mode the same two tensors every step
+        (a captured step reads them where it was recorded), written on the device."""
+        position = self.position + self.rope_delta
+        if self.decode_mode != "static":
+            ids = _as_ids(token, self.device)
+            return ids, torch.full((3, 1, 1), position, device=self.device)
+        if isinstance(token, int):
+            self._ids.fill_(token)
+        else:
+            self._ids.copy_(token.view(1, 1))
+        self._pos.fill_(position)
+        return self._ids, self._pos
 
     def choose(self, logits: torch.Tensor) -> int:
+        return int(self.pick(logits).item())
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """The next token as a device tensor ``[1]``: the argmax, or a sample."""
         if self.options.greedy:
-            return int(torch.argmax(logits, dim=-1).item())
-        return sample(logits.float(), self.options.temperature, self.options.top_p, self.generator)
+            return torch.argmax(logits, dim=-1).view(1)
+        return sample_on_device(
+            logits.float(), self.options.temperature, self.options.top_p, self.generator
+        )
 
     def release(self) -> None:
         if self.pool is not None and self.cache is not None and self.decode_mode == "static":
@@ -260,49 +286,77 @@ def run(
     on_token: Callable[[int], None],
     cancelled: Callable[[], bool],
 ) -> Outcome:
-    """Prefill and decode until a stop token, the token cap, or cancellation. From the
-    second token on, the next step is launched before ``on_token`` reports the current
-    token, so the host's work per token (detokenizing, the event) overlaps the device's
-    forward instead of adding to it; the first is reported at once."""
+    """Prefill and decode until a stop token, the token cap, or cancellation.
+
+    On an asynchronous device (``generation.ahead``), from the second token on the step
+    that computes token n + 2 is queued, fed on the device by token n + 1 (not yet read),
+    before the host waits for token n: the device always has the next step in hand, and
+    the host's work per token (reading it, detokenizing, the event, the next launch)
+    overlaps the device's forward instead of following it. The first token is reported
+    at once. A step queued past a stop token or a cancellation is wasted, never
+    reported."""
     stops = set(stop_ids)
     tokens: list[int] = []
     try:
         if cancelled():
             return Outcome(tokens, "cancelled")
-        token = generation.prefill()
+        flight = [generation.start()]  # device tokens queued and not yet read, in order
         while True:
+            if _queue_more(generation, tokens, flight, cancelled):
+                flight.append(generation.advance(flight[-1]))
+            last = flight.pop(0)
+            token = int(last.item())
             if token in stops:
                 return Outcome(tokens, "stop")
             tokens.append(token)
-            first = len(tokens) == 1
-            if first:  # reported at once: the time to first token waits for no launch
-                on_token(token)
-            more = len(tokens) < generation.options.max_new_tokens
-            launched = more and not cancelled()
-            if launched:
-                generation.launch(token)
-            if not first:
-                on_token(token)
-            if not more:
+            on_token(token)
+            if len(tokens) >= generation.options.max_new_tokens:
                 return Outcome(tokens, "length")
-            if not launched or cancelled():
+            if cancelled():
                 return Outcome(tokens, "cancelled")
-            token = generation.collect()
+            if not flight:
+                flight.append(generation.advance(last))
     finally:
         generation.release()
+
+
+def _queue_more(
+    generation: Generation,
+    tokens: list[int],
+    flight: list[torch.Tensor],
+    cancelled: Callable[[], bool],
+) -> bool:
+    """Whether to queue a step before reading the oldest token in flight: ahead, after the
+    first token, with one step in flight, while the cap allows one more."""
+    wanted = len(tokens) + len(flight) < generation.options.max_new_tokens
+    return generation.ahead and bool(tokens) and len(flight) == 1 and wanted and not cancelled()
 
 
 def sample(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
 ) -> int:
+    return int(sample_on_device(logits, temperature, top_p, generator).item())
+
+
+def sample_on_device(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> torch.Tensor:
+    """A token drawn from ``softmax(logits / temperature)`` within the ``top_p`` nucleus,
+    as a device tensor ``[1]`` (no host sync)."""
     probs = torch.softmax(logits / temperature, dim=-1).reshape(-1)
     if top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_probs, 0) - sorted_probs < top_p
         sorted_probs = sorted_probs * keep
         choice = torch.multinomial(sorted_probs / sorted_probs.sum(), 1, generator=generator)
-        return int(order[choice].item())
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+        return order[choice].view(1)
+    return torch.multinomial(probs, 1, generator=generator).view(1)
+
+
+def _as_ids(token: int | torch.Tensor, device: torch.device) -> torch.Tensor:
+    if isinstance(token, int):
+        return torch.tensor([[token]], device=device)
+    return token.view(1, 1)
 
 
 def _generator(seed: int | None, device: torch.device) -> torch.Generator | None:

@@ -142,20 +142,63 @@ def test_pixel_bounds_take_the_tighter_of_settings_and_model() -> None:
     assert pixel_bounds(SimpleNamespace(size=None), 100, 200) == (100, 200)
 
 
+def _traced(generation: Generation, order: list[str]) -> Generation:
+    real = generation.advance
+
+    def advance(token: torch.Tensor) -> torch.Tensor:
+        order.append("launch")
+        return real(token)
+
+    generation.advance = advance  # type: ignore[method-assign]
+    return generation
+
+
+def _reference(loaded: Loaded, prompt: Any, n: int) -> list[int]:
+    reference = Generation(loaded.language.model, prompt, SamplingOptions(n))
+    expected = [reference.prefill()]
+    for _ in range(n - 1):
+        expected.append(reference.step(expected[-1]))
+    return expected
+
+
 def test_next_step_launches_before_a_token_is_reported(loaded: Loaded) -> None:
-    """The host reports token n while the device computes token n + 1 (from the second
-    token on; the first is reported at once), and no step is launched past the cap."""
+    """Ahead (an asynchronous device), the step after the one the host waits for is already
+    queued, fed its token on the device (from the second token on; the first is reported
+    at once), and no step is launched past the cap; the tokens are those of the
+    one-step-at-a-time path."""
+    embeddings = [loaded.vision.encode(scenes()[0])]
+    prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
+    generation = Generation(loaded.language.model, prompt, SamplingOptions(3))
+    assert not generation.ahead  # the CPU computes as it is called
+    generation.ahead = True
+    order: list[str] = []
+    outcome = run(_traced(generation, order), [], lambda _t: order.append("token"), lambda: False)
+    assert outcome.finish_reason == "length"
+    assert order == ["token", "launch", "launch", "token", "token"]
+    assert outcome.tokens == _reference(loaded, prompt, 3)
+
+
+def test_on_the_cpu_each_token_is_reported_before_the_next_step(loaded: Loaded) -> None:
     embeddings = [loaded.vision.encode(scenes()[0])]
     prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
     generation = Generation(loaded.language.model, prompt, SamplingOptions(3))
     order: list[str] = []
-    real_launch = generation.launch
-    generation.launch = lambda token: order.append("launch") or real_launch(token)  # type: ignore[method-assign]
-    outcome = run(generation, [], lambda _t: order.append("token"), lambda: False)
-    assert outcome.finish_reason == "length"
-    assert order == ["token", "launch", "launch", "token", "token"]
-    reference = Generation(loaded.language.model, prompt, SamplingOptions(3))
-    expected = [reference.prefill()]
-    for _ in range(2):
-        expected.append(reference.step(expected[-1]))
-    assert outcome.tokens == expected
+    outcome = run(_traced(generation, order), [], lambda _t: order.append("token"), lambda: False)
+    assert order == ["token", "launch", "token", "launch", "token"]
+    assert outcome.tokens == _reference(loaded, prompt, 3)
+
+
+def test_the_step_queued_past_a_stop_token_is_not_reported(loaded: Loaded) -> None:
+    embeddings = [loaded.vision.encode(scenes()[0])]
+    prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
+    expected = _reference(loaded, prompt, 4)
+    generation = Generation(loaded.language.model, prompt, SamplingOptions(8))
+    generation.ahead = True
+    order: list[str] = []
+    reported: list[int] = []
+    stop = expected.index(expected[2])
+    outcome = run(_traced(generation, order), [expected[2]], reported.append, lambda: False)
+    assert outcome.finish_reason == "stop"
+    assert outcome.tokens == reported == expected[:stop]
+    assert order.count("launch") == (stop + 1 if stop else 0)  # one queued past the stop, unread
+    assert generation.cache is None

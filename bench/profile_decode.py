@@ -9,7 +9,9 @@ kernel category, beside the memory-bandwidth bound measured in the same run.
 The prompt is 32 text tokens; ``--warmup`` steps run (and compile) first, then ``--steps``
 steps are profiled. Device time per step is the sum of kernel durations (CUDA) or of
 operator self times (CPU); the wall time per step comes from the same steps, timed
-without the profiler. Prints one JSON document on stdout.
+without the profiler, one at a time (the host reads each token before the next step), and
+``chained`` from as many steps queued back to back, each fed its token on the device (as
+``generate.run`` does on CUDA). Prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ def run_steps(generation: Generation, token: int, n: int, device: torch.device) 
     return token
 
 
+def chained_steps(generation: Generation, token: int, n: int, device: torch.device) -> int:
+    """``n`` steps each fed its token on the device (``Generation.advance``), queued without
+    the host waiting between them: the device's pace when launches overlap the steps."""
+    pending = torch.tensor([token], device=device)
+    for _ in range(n):
+        pending = generation.advance(pending)
+    return int(pending.item())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = profile_parser(__doc__)
     add_arch_options(p)
@@ -80,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     token = run_steps(generation, token, args.steps, device)
     wall_ms = (time.perf_counter() - t0) * 1000 / args.steps
+    t0 = time.perf_counter()
+    token = chained_steps(generation, token, args.steps, device)
+    chained_ms = (time.perf_counter() - t0) * 1000 / args.steps
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         run_steps(generation, token, args.steps, device)
@@ -94,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         "fuse_projections": args.fuse,
         "wall_ms_per_step": round(wall_ms, 3),
         "tok_s": round(1000 / wall_ms, 1),
+        "chained_ms_per_step": round(chained_ms, 3),
+        "chained_tok_s": round(1000 / chained_ms, 1),
         "bytes_per_step": step_bytes,
         "bound_ms_per_step": round(step_bytes / bandwidth * 1000, 3),
         **summarise(device_events(prof, device), args.steps),

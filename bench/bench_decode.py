@@ -188,6 +188,7 @@ def engine_settings(args: argparse.Namespace, **extra: Any) -> Settings:
         "decode_mode": args.decode_mode,
         "compile_decode": args.compile,
         "prefill_dequant_rows": args.prefill_dequant_rows,
+        "prefill_graph_rows": args.prefill_graph_rows,
         "fuse_projections": args.fuse,
         "max_images": 8,
         "max_image_pixels": 50_000_000,
@@ -238,10 +239,17 @@ async def engine_phase(args: argparse.Namespace, path: Path) -> dict[str, Any]:
             decode=decode,
             decode_tok_s=decode["tok_s"],
             peak_gib=round(_peak(device) / GiB, 3),
+            prefill_graph_buckets=_graph_buckets(engine),
         )
     finally:
         await engine.close()
     return result
+
+
+def _graph_buckets(engine: Engine) -> list[int]:
+    """The prompt-length buckets whose prefill was recorded as a CUDA graph."""
+    decoder = engine._decoder
+    return decoder.graphs.buckets if decoder is not None and decoder.graphs is not None else []
 
 
 def _ask(text: str, images: list[bytes], max_new: int) -> AskRequest:
@@ -543,6 +551,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="settings.prefill_dequant_rows: prompts longer than this skip the int4 kernel",
     )
     parser.add_argument(
+        "--prefill-graph-rows",
+        type=int,
+        default=0,
+        help="settings.prefill_graph_rows: prefills of up to this many tokens replay CUDA graphs",
+    )
+    parser.add_argument(
         "--fuse",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -572,6 +586,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "decode_mode": args.decode_mode,
         "compile": bool(args.compile and device.type == "cuda"),
         "prefill_dequant_rows": args.prefill_dequant_rows,
+        "prefill_graph_rows": args.prefill_graph_rows,
         "fuse_projections": args.fuse,
         "checkpoint_s": round(time.perf_counter() - t0, 1),
         "command": "python bench/bench_decode.py " + " ".join(sys.argv[1:]),

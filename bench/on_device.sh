@@ -32,6 +32,7 @@ command_for() {
     engine-nofuse) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --no-fuse --workdir $W" ;;
     stock) echo "python3 bench/bench_decode.py --arch 7b --skip-engine --workdir $W" ;;
     dequant) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --prefill-dequant-rows 256 --workdir $W" ;;
+    graphs) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     web) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --web --workdir $W" ;;
     a10) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --workdir $W" ;;
     3b) echo "python3 bench/bench_decode.py --arch 3b --workdir $W" ;;

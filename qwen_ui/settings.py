@@ -127,6 +127,17 @@ class Settings(BaseSettings):
         description="With a static cache on CUDA, run the decode step through torch.compile "
         "(mode='reduce-overhead', CUDA graphs); ignored on the CPU.",
     )
+    prefill_graph_rows: int = Field(
+        0,
+        ge=0,
+        le=32768,
+        description="With a static cache on CUDA, replay the language model's prefill of "
+        "prompts of up to this many tokens from CUDA graphs recorded per 64-token length "
+        "bucket (the first prompt of a bucket records it, about two eager passes): one "
+        "launch instead of hundreds (7B, one cached 1024x768 image: docs/BENCHMARKS.md). "
+        "Their shared memory pool and staging buffers are kept out of the request budget. "
+        "0 = off; ignored on the CPU.",
+    )
 
     # --- input limits ---------------------------------------------------------------
     max_image_bytes: int = Field(

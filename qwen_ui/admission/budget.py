@@ -1,13 +1,18 @@
 """The request budget: a fraction of device memory (<= 1) or bytes (> 1), minus the
 weights resident after loading; on the CPU, ``cpu_budget_bytes``. With static decoding,
 the idle KV caches the worker keeps for reuse (at most ``static_cache_pool_bytes``) are
-not a request's, so that much is kept out of the budget too."""
+not a request's, so that much is kept out of the budget too; so are the recorded prefills'
+memory pool and staging buffers (``prefill_graph_rows``, once the model's shape is known).
+"""
 
 from __future__ import annotations
 
 import torch
 
+from qwen_ui.admission.estimate import RequestShape, prefill_peak
+from qwen_ui.admission.shape import ModelShape
 from qwen_ui.engine.generate import decode_mode_for
+from qwen_ui.engine.prefill_graphs import bucket_rows
 from qwen_ui.settings import Settings
 
 # Until the weights are loaded and measured, assume they take their checkpoint size plus
@@ -26,10 +31,15 @@ def device_limit(settings: Settings, device: torch.device) -> int:
 
 
 def request_budget(
-    settings: Settings, device: torch.device, resident: int | None, weight_file_bytes: int
+    settings: Settings,
+    device: torch.device,
+    resident: int | None,
+    weight_file_bytes: int,
+    shape: ModelShape | None = None,
 ) -> int:
     """The budget for requests. ``resident``: bytes measured after loading (None before)."""
-    limit = device_limit(settings, device) - pool_reserve(settings, device)
+    reserved = pool_reserve(settings, device) + graph_reserve(settings, device, shape)
+    limit = device_limit(settings, device) - reserved
     if device.type != "cuda":
         return max(0, limit)
     weights = resident if resident is not None else int(weight_file_bytes * WEIGHT_OVERHEAD)
@@ -39,6 +49,18 @@ def request_budget(
 def pool_reserve(settings: Settings, device: torch.device) -> int:
     """Bytes the decode worker may keep in idle static caches between requests."""
     return settings.static_cache_pool_bytes if decodes_static(settings, device) else 0
+
+
+def graph_reserve(settings: Settings, device: torch.device, shape: ModelShape | None) -> int:
+    """Bytes the recorded prefills may hold (:mod:`qwen_ui.engine.prefill_graphs`): the
+    staging keys and values of their longest bucket, and their shared pool, which holds
+    at most that bucket's prefill transients (counted as a prompt of that many text tokens
+    would be). 0 when off, on the CPU, or before the model's shape is known."""
+    rows = settings.prefill_graph_rows
+    if not rows or device.type != "cuda" or shape is None or not decodes_static(settings, device):
+        return 0
+    rows = bucket_rows(rows)
+    return shape.kv_bytes_per_token * rows + prefill_peak(RequestShape(text_tokens=rows), shape)
 
 
 def decodes_static(settings: Settings, device: torch.device) -> bool:

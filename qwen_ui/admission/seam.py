@@ -208,9 +208,10 @@ class EngineAdmission:
         self._update_budget()
 
     def _update_budget(self) -> None:
-        weights = self._facts.weight_file_bytes if self._facts is not None else 0
+        facts = self._facts
+        weights, shape = (facts.weight_file_bytes, facts.shape) if facts else (0, None)
         self.controller.set_budget(
-            budgets.request_budget(self.settings, self.device, self._resident, weights)
+            budgets.request_budget(self.settings, self.device, self._resident, weights, shape)
         )
 
 

@@ -39,6 +39,7 @@ from qwen_ui.engine.generate import (
 )
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
+from qwen_ui.engine.prefill_graphs import PrefillGraphs
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.engine.worker import Job, Worker
 from qwen_ui.errors import QwenUIError
@@ -150,7 +151,7 @@ class Engine:
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
         self.worker = Worker()
-        self._decoder: tuple[PreTrainedModel, CachePool, Callable[..., Any] | None] | None = None
+        self._decoder: Decoder | None = None
         image_checks.raise_pil_guard(settings.max_image_pixels)
 
     # --- life cycle --------------------------------------------------------------------
@@ -362,17 +363,16 @@ class Engine:
     def _generation(
         self, model: PreTrainedModel, prompt: Prompt, sampling: SamplingOptions
     ) -> Generation:
-        """The request's decoding state, in the configured decode mode. The static caches
-        and the compiled step belong to this worker (one request at a time), per model."""
+        """The request's decoding state, in the configured decode mode. The static caches,
+        the compiled step and the recorded prefills belong to this worker (one request at a
+        time), per model."""
         mode = decode_mode_for(self.settings.decode_mode, model.device.type)
-        cuda = model.device.type == "cuda"
         if mode == "eager":
             return Generation(model, prompt, sampling)
-        if self._decoder is None or self._decoder[0] is not model:
-            step = compiled_step(model) if cuda and self.settings.compile_decode else None
-            self._decoder = (model, CachePool(model, self.settings.static_cache_pool_bytes), step)
-        _, pool, step = self._decoder
-        return Generation(model, prompt, sampling, "static", pool, step)
+        if self._decoder is None or self._decoder.model is not model:
+            self._decoder = Decoder.build(model, self.settings)
+        d = self._decoder
+        return Generation(model, prompt, sampling, "static", d.pool, d.step, d.graphs)
 
     def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
         timings: dict[str, float] = {}
@@ -433,6 +433,24 @@ class Engine:
         if total:
             timings["encoding"] = round(time.perf_counter() - t0, 4)
         return embeddings, fresh
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """What the worker keeps per model for static decoding."""
+
+    model: PreTrainedModel
+    pool: CachePool
+    step: Callable[..., Any] | None  # the compiled decode step
+    graphs: PrefillGraphs | None  # recorded prefills
+
+    @classmethod
+    def build(cls, model: PreTrainedModel, settings: Settings) -> Decoder:
+        cuda = model.device.type == "cuda"
+        step = compiled_step(model) if cuda and settings.compile_decode else None
+        rows = settings.prefill_graph_rows
+        graphs = PrefillGraphs(model, rows) if cuda and rows > 0 else None
+        return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 
 class _Entered:

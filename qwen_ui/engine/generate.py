@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from transformers import PreTrainedModel, StaticCache
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+if TYPE_CHECKING:
+    from qwen_ui.engine.prefill_graphs import PrefillGraphs
 
 DecodeMode = Literal["eager", "static"]
 CACHE_BUCKET = 256  # static caches come in lengths that are multiples of this
@@ -159,11 +162,13 @@ class Generation:
         decode_mode: DecodeMode = "eager",
         pool: CachePool | None = None,
         step_forward: Callable[..., Any] | None = None,
+        graphs: PrefillGraphs | None = None,
     ) -> None:
         """``decode_mode="static"`` decodes into a fixed-length :class:`StaticCache` (from
         ``pool`` when given, else a fresh one for this request) with the step's inputs in
         fixed tensors, so ``step_forward`` may be a compiled/graph-captured ``model.forward``
-        (see :func:`compiled_step`)."""
+        (see :func:`compiled_step`); there ``graphs`` may replay the prefill from a
+        recorded graph (:mod:`qwen_ui.engine.prefill_graphs`)."""
         self.model = model
         self.prompt = prompt
         self.options = options
@@ -175,6 +180,7 @@ class Generation:
         self.decode_mode = decode_mode
         self.pool = pool
         self.step_forward = step_forward or model
+        self.graphs = graphs if decode_mode == "static" else None
         self.cache_len = 0
         self._ids = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pos = torch.zeros((3, 1, 1), dtype=torch.long, device=self.device)
@@ -194,29 +200,32 @@ class Generation:
 
     def _prefill(self) -> torch.Tensor:
         positions, self.rope_delta = prompt_positions(self.model, self.prompt)
+        self.position = self.prompt.length
+        if self.decode_mode == "static":
+            self.cache = self._static_cache()
+            if self.graphs is not None and self.graphs.fits(self.prompt):
+                return self.graphs.prefill(self.prompt, positions, self.cache)
         kwargs: dict[str, Any] = {}
         if self.prompt.image_features:
             kwargs["mm_encoder_outputs"] = {"image": self.prompt.encoder_outputs(self.device)}
             kwargs["image_grid_thw"] = self.prompt.image_grid_thw
             kwargs["mm_token_type_ids"] = self.prompt.mm_token_type_ids
-        if self.decode_mode == "static":
-            self.cache_len = cache_length(self.prompt.length + self.options.max_new_tokens)
-            self.cache = (
-                self.pool.take(self.cache_len)
-                if self.pool is not None
-                else StaticCache(config=self.model.config, max_cache_len=self.cache_len)
-            )
-            kwargs["cache"] = self.cache
         out = self.model(
             input_ids=self.prompt.input_ids,
             position_ids=positions,
+            cache=self.cache,
             use_cache=True,
             logits_to_keep=1,
             **kwargs,
         )
         self.cache = out.cache
-        self.position = self.prompt.length
         return out.logits[:, -1, :]  # type: ignore[no-any-return]
+
+    def _static_cache(self) -> StaticCache:
+        self.cache_len = cache_length(self.prompt.length + self.options.max_new_tokens)
+        if self.pool is not None:
+            return self.pool.take(self.cache_len)
+        return StaticCache(config=self.model.config, max_cache_len=self.cache_len)
 
     @torch.inference_mode()
     def step(self, token: int) -> int:

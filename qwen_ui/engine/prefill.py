@@ -60,7 +60,7 @@ def compile_prefill(model: nn.Module) -> None:
     rotaries: dict[Callable[..., Any], Callable[..., Any]] = {}
     counts = {"norms": 0, "rotary": 0, "gated": 0}
     module: Any
-    for module in _language_model(model).modules():
+    for module in language_model(model).modules():
         if type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon"):
             module.forward = _norm_forward(module, norm)  # type: ignore[method-assign]
             counts["norms"] += 1
@@ -128,7 +128,7 @@ def _unpacks_alike(layer: Int4Linear, checked: dict[tuple[int, ...], bool]) -> b
     return checked[shape]
 
 
-def _language_model(model: nn.Module) -> nn.Module:
+def language_model(model: nn.Module) -> nn.Module:
     inner = getattr(model, "model", model)
     return getattr(inner, "language_model", inner)  # type: ignore[no-any-return]
 

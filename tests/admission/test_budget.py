@@ -5,12 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from transformers import Qwen2_5_VLConfig
 
-from qwen_ui.admission.budget import pool_reserve, request_budget
+from qwen_ui.admission.budget import graph_reserve, pool_reserve, request_budget
+from qwen_ui.admission.estimate import RequestShape, prefill_peak
+from qwen_ui.admission.shape import model_shape
 from qwen_ui.settings import Settings
+from tests.admission.test_estimate import QWEN25_7B
 
 MiB = 1024 * 1024
 CPU = torch.device("cpu")
+CUDA = torch.device("cuda")  # only named: nothing here touches a GPU
+GiB = 1024 * MiB
 
 
 def settings(home: Path, **values: object) -> Settings:
@@ -29,3 +35,28 @@ def test_static_decoding_keeps_the_cache_pool_out_of_the_budget(tmp_path: Path) 
     assert pool_reserve(auto, CPU) == 0  # auto decodes eagerly on the CPU: no pool
     huge = settings(tmp_path, decode_mode="static", static_cache_pool_bytes=600 * MiB)
     assert request_budget(huge, CPU, None, 0) == 0
+
+
+def test_recorded_prefills_are_kept_out_of_the_budget(tmp_path: Path) -> None:
+    """The staging keys/values and the pool of the longest bucket (4,000 rows round up to
+    4,032 on the 7B architecture: 56 KiB of keys/values per row, beside a 4,032-token
+    prefill's transients)."""
+    shape = model_shape(Qwen2_5_VLConfig(**QWEN25_7B), torch.bfloat16)
+    on = settings(
+        tmp_path,
+        vram_budget=40 * GiB,
+        decode_mode="auto",
+        static_cache_pool_bytes=0,
+        prefill_graph_rows=4000,
+    )
+    reserve = graph_reserve(on, CUDA, shape)
+    staging = shape.kv_bytes_per_token * 4032
+    assert shape.kv_bytes_per_token == 56 * 1024
+    assert reserve == staging + prefill_peak(RequestShape(text_tokens=4032), shape)
+    assert request_budget(on, CUDA, 8 * GiB, 0, shape) == 32 * GiB - reserve
+    assert request_budget(on, CUDA, 8 * GiB, 0) == 32 * GiB  # before the shape is known
+    off = settings(tmp_path, vram_budget=40 * GiB, decode_mode="auto")
+    assert graph_reserve(off, CUDA, shape) == 0
+    assert graph_reserve(on, CPU, shape) == 0  # never recorded on the CPU
+    eager = settings(tmp_path, decode_mode="eager", prefill_graph_rows=4000)
+    assert graph_reserve(eager, CUDA, shape) == 0  # recorded prefills need static decoding

@@ -16,6 +16,7 @@ import torch
 from qwen_ui.demo import scenes
 from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions, compiled_step, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.prefill_graphs import PrefillGraphs
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import DEMO_MODEL_ID
 from qwen_ui.store import ModelStore
@@ -35,15 +36,23 @@ def load(store: ModelStore, prefill_rows: int, fuse: bool) -> Loaded:
     return Pipelines(store, spec, EngineStatus()).load()
 
 
-@pytest.mark.parametrize("prefill_rows", [0, 16], ids=["int4-prefill", "dequant-prefill"])
-def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int) -> None:
+@pytest.mark.parametrize(
+    ("prefill_rows", "graphs"),
+    [(0, False), (16, False), (16, True)],
+    ids=["int4-prefill", "dequant-prefill", "graph-prefill"],
+)
+def test_fast_paths_give_the_reference_tokens(
+    tmp_path: Path, prefill_rows: int, graphs: bool
+) -> None:
     """The same greedy tokens, except where the reference itself is undecided: a token
     whose top two logits are within :data:`NEAR_TIE` may go either way between two bf16
-    paths (int4 kernel against bf16 matmuls, eager against fused ops), at most once."""
+    paths (int4 kernel against bf16 matmuls, eager against fused ops), at most once.
+    ``graph-prefill`` replays the prefill from CUDA graphs recorded per length bucket."""
     store = ModelStore(tmp_path)
     store.install(WEIGHTS, DEMO_MODEL_ID, "awq")
     reference, fast = load(store, 0, False), load(store, prefill_rows, True)  # fused projections
     pool, step = CachePool(fast.language.model), compiled_step(fast.language.model)
+    recorded = PrefillGraphs(fast.language.model, 2048) if graphs else None
     mismatches = []
     for sample in scenes.held_out(N_HELD_OUT, seed=7):
         answers = []
@@ -54,7 +63,13 @@ def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int)
                 Generation(loaded.language.model, prompt, SamplingOptions(24))
                 if mode == "eager"
                 else Generation(
-                    loaded.language.model, prompt, SamplingOptions(24), "static", pool, step
+                    loaded.language.model,
+                    prompt,
+                    SamplingOptions(24),
+                    "static",
+                    pool,
+                    step,
+                    recorded,
                 )
             )
             run(generation, loaded.language.stop_ids, tokens.append, bool)
@@ -63,6 +78,8 @@ def test_fast_paths_give_the_reference_tokens(tmp_path: Path, prefill_rows: int)
             margin = reference_margin(reference, sample, answers[0], answers[1])
             mismatches.append((sample.question, answers, round(margin, 4)))
     assert len(mismatches) <= 1 and all(m[2] < NEAR_TIE for m in mismatches), mismatches
+    if recorded is not None:
+        assert recorded.record and recorded.buckets  # the prompts went through the graphs
 
 
 NEAR_TIE = 0.25  # logits: two bf16 steps at magnitudes 16-32

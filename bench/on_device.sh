@@ -35,7 +35,9 @@ command_for() {
     graphs) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     web) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --web --workdir $W" ;;
     a10) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --workdir $W" ;;
+    a10-graphs) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     3b) echo "python3 bench/bench_decode.py --arch 3b --workdir $W" ;;
+    3b-graphs) echo "python3 bench/bench_decode.py --arch 3b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;

@@ -10,8 +10,9 @@ The prompt is 32 text tokens; ``--warmup`` steps run (and compile) first, then `
 steps are profiled. Device time per step is the sum of kernel durations (CUDA) or of
 operator self times (CPU); the wall time per step comes from the same steps, timed
 without the profiler, one at a time (the host reads each token before the next step), and
-``chained`` from as many steps queued back to back, each fed its token on the device (as
-``generate.run`` does on CUDA). Prints one JSON document on stdout.
+``chained`` from as many steps queued back to back, each fed its token on the device, and
+``loop`` from ``generate.run`` itself (each token also read by the host, as the engine
+does). Prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from _profiling import device_events, profile_parser, summarise
 from bench_decode import copy_bandwidth, decode_bytes
 from torch.profiler import ProfilerActivity, profile
 
-from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions, compiled_step
+from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions, compiled_step, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
 
@@ -64,10 +65,27 @@ def run_steps(generation: Generation, token: int, n: int, device: torch.device) 
 def chained_steps(generation: Generation, token: int, n: int, device: torch.device) -> int:
     """``n`` steps each fed its token on the device (``Generation.advance``), queued without
     the host waiting between them: the device's pace when launches overlap the steps."""
-    pending = torch.tensor([token], device=device)
-    for _ in range(n):
+    pending = generation.advance(token)
+    for _ in range(n - 1):
         pending = generation.advance(pending)
-    return int(pending.item())
+    return pending.read()
+
+
+def loop_ms(generation: Generation, n: int) -> float:
+    """Milliseconds per token of ``generate.run``, the engine's own loop (each token read
+    by the host, with the next steps queued as it does), over ``n`` tokens of a fresh
+    request on the same model, pool and step; no stop token, cancelled after ``n``."""
+    stamps: list[float] = []
+    again = Generation(
+        generation.model,
+        generation.prompt,
+        generation.options,
+        generation.decode_mode,
+        generation.pool,
+        generation.step_forward,
+    )
+    run(again, [], lambda _t: stamps.append(time.perf_counter()), lambda: len(stamps) >= n)
+    return (stamps[-1] - stamps[0]) * 1000 / (len(stamps) - 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         "bound_ms_per_step": round(step_bytes / bandwidth * 1000, 3),
         **summarise(device_events(prof, device), args.steps),
     }
-    generation.release()
+    generation.release()  # its cache back to the pool: the loop's request takes it again
+    loop_ms(generation, args.steps)  # warm
+    loop = loop_ms(generation, args.steps)
+    result.update(loop_ms_per_token=round(loop, 3), loop_tok_s=round(1000 / loop, 1))
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 

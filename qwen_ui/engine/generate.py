@@ -151,6 +151,24 @@ def prompt_positions(model: PreTrainedModel, prompt: Prompt) -> tuple[torch.Tens
     return positions, int(deltas.reshape(-1)[0].item())
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A chosen token not yet read by the host: ``token`` on the device (what the next step
+    is fed) and, on CUDA, ``host``, its copy in pinned memory, with ``done``, an event
+    recorded after that copy. Reading waits for that event only: a ``.item()`` on the device
+    tensor would be queued behind every step launched since, and wait for them too."""
+
+    token: torch.Tensor
+    host: torch.Tensor | None = None
+    done: torch.cuda.Event | None = None
+
+    def read(self) -> int:
+        if self.done is None or self.host is None:
+            return int(self.token.item())
+        self.done.synchronize()
+        return int(self.host.item())
+
+
 class Generation:
     """One request's decoding state on one model."""
 
@@ -187,16 +205,18 @@ class Generation:
         # queue the next step before reading the current token (see :func:`run`): only
         # where the device runs apart from the host
         self.ahead = self.device.type == "cuda"
+        self._ring: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self._turn = 0
 
     @torch.inference_mode()
     def prefill(self) -> int:
         return self.choose(self._prefill())
 
     @torch.inference_mode()
-    def start(self) -> torch.Tensor:
-        """Queue the prefill and the choice of the first token; returns that token as a
-        device tensor (``[1]``), so the host need not wait for it before queueing more."""
-        return self.pick(self._prefill())
+    def start(self) -> Pending:
+        """Queue the prefill and the choice of the first token, returned as a
+        :class:`Pending`: the host need not wait for it before queueing more."""
+        return self._pending(self.pick(self._prefill()))
 
     def _prefill(self) -> torch.Tensor:
         positions, self.rope_delta = prompt_positions(self.model, self.prompt)
@@ -233,11 +253,28 @@ class Generation:
         return self.choose(self._forward(token))
 
     @torch.inference_mode()
-    def advance(self, token: torch.Tensor) -> torch.Tensor:
-        """Queue the step fed by ``token``, a device tensor from :meth:`start` or an earlier
-        call, and the choice of its successor, returned the same way: nothing here waits
-        for the device, so on CUDA the host can queue step n + 1 while step n runs."""
-        return self.pick(self._forward(token))
+    def advance(self, token: Pending | int) -> Pending:
+        """Queue the step fed by ``token`` (from :meth:`start` or an earlier call, fed on
+        the device) and the choice of its successor, returned the same way: nothing here
+        waits for the device, so on CUDA the host can queue step n + 1 while step n runs."""
+        fed = token if isinstance(token, int) else token.token
+        return self._pending(self.pick(self._forward(fed)))
+
+    def _pending(self, token: torch.Tensor) -> Pending:
+        """On CUDA, also queue the token's copy into pinned host memory and an event after
+        it, from a ring of four (at most three tokens are ever unread)."""
+        if self.device.type != "cuda":
+            return Pending(token)
+        if not self._ring:
+            self._ring = [
+                (torch.empty(1, dtype=torch.long, pin_memory=True), torch.cuda.Event())  # type: ignore[no-untyped-call]
+                for _ in range(4)
+            ]
+        host, done = self._ring[self._turn % len(self._ring)]
+        self._turn += 1
+        host.copy_(token, non_blocking=True)
+        done.record()
+        return Pending(token, host, done)
 
     def _forward(self, token: int | torch.Tensor) -> torch.Tensor:
         ids, pos = self._inputs(token)
@@ -299,22 +336,22 @@ def run(
 
     On an asynchronous device (``generation.ahead``), from the second token on the step
     that computes token n + 2 is queued, fed on the device by token n + 1 (not yet read),
-    before the host waits for token n: the device always has the next step in hand, and
-    the host's work per token (reading it, detokenizing, the event, the next launch)
-    overlaps the device's forward instead of following it. The first token is reported
-    at once. A step queued past a stop token or a cancellation is wasted, never
-    reported."""
+    before the host waits for token n (for its copy to the host, not for the steps queued
+    after it: :class:`Pending`): the device always has the next step in hand, and the
+    host's work per token (reading it, detokenizing, the event, the next launch) overlaps
+    the device's forward instead of following it. The first token is reported at once. A
+    step queued past a stop token or a cancellation is wasted, never reported."""
     stops = set(stop_ids)
     tokens: list[int] = []
     try:
         if cancelled():
             return Outcome(tokens, "cancelled")
-        flight = [generation.start()]  # device tokens queued and not yet read, in order
+        flight = [generation.start()]  # tokens queued and not yet read, in order
         while True:
             if _queue_more(generation, tokens, flight, cancelled):
                 flight.append(generation.advance(flight[-1]))
             last = flight.pop(0)
-            token = int(last.item())
+            token = last.read()
             if token in stops:
                 return Outcome(tokens, "stop")
             tokens.append(token)
@@ -332,7 +369,7 @@ def run(
 def _queue_more(
     generation: Generation,
     tokens: list[int],
-    flight: list[torch.Tensor],
+    flight: list[Pending],
     cancelled: Callable[[], bool],
 ) -> bool:
     """Whether to queue a step before reading the oldest token in flight: ahead, after the

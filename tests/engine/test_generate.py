@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from qwen_ui.engine.detokenize import TextStream
-from qwen_ui.engine.generate import Generation, SamplingOptions, run
+from qwen_ui.engine.generate import Generation, Pending, SamplingOptions, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn, messages
 from qwen_ui.engine.status import EngineState, EngineStatus
 from qwen_ui.store import ModelStore
@@ -145,7 +145,7 @@ def test_pixel_bounds_take_the_tighter_of_settings_and_model() -> None:
 def _traced(generation: Generation, order: list[str]) -> Generation:
     real = generation.advance
 
-    def advance(token: torch.Tensor) -> torch.Tensor:
+    def advance(token: Pending | int) -> Pending:
         order.append("launch")
         return real(token)
 

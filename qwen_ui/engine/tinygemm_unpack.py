@@ -27,12 +27,18 @@ import triton.language as tl
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def _unpack_tiles(packed, sz, out, n, k, group, TILES: tl.constexpr, SPAN: tl.constexpr):  # type: ignore[no-untyped-def]
+def _unpack_tiles(
+    packed, sz, out, n, k, GROUP: tl.constexpr, TILES: tl.constexpr, SPAN: tl.constexpr
+):  # type: ignore[no-untyped-def]
     """One program per ``SPAN`` consecutive ``[8, 16 TILES]`` tiles of one row tile (their
     blocks are contiguous): ``out = (q - 8) * s + z`` rounded to ``out``'s dtype after the
-    product and after the sum, as the eager bf16 ops round."""
+    product and after the sum, as the eager bf16 ops round. Each row's scale and zero are
+    loaded once per group of ``GROUP`` columns and broadcast over it."""
     words_per_lane: tl.constexpr = TILES // 2
     width: tl.constexpr = 16 * TILES
+    span: tl.constexpr = SPAN * width  # columns of this program; it or GROUP divides the other
+    groups: tl.constexpr = (span + GROUP - 1) // GROUP
+    per: tl.constexpr = span // groups  # columns per group here (GROUP, or all of them)
     k_tiles = k // width
     n_tile = tl.program_id(0)
     tiles = tl.program_id(1) * SPAN + tl.arange(0, SPAN)  # k-tiles of this program
@@ -43,18 +49,21 @@ def _unpack_tiles(packed, sz, out, n, k, group, TILES: tl.constexpr, SPAN: tl.co
     nibbles = (words[:, :, :, None] >> (tl.arange(0, 8) * 4)[None, None, None, :]) & 0xF
     tile = tl.reshape(nibbles, (SPAN, 8, 4, words_per_lane, 2, 4))  # s, r, q, p, h, i
     tile = tl.permute(tile, (1, 0, 3, 5, 2, 4))  # r, s, p, i, q, h
-    tile = tl.reshape(tile, (8, SPAN * width))
+    tile = tl.reshape(tile, (8, groups, per))
     rows = n_tile * 8 + tl.arange(0, 8)[:, None]
-    cols = tl.program_id(1) * SPAN * width + tl.arange(0, SPAN * width)[None, :]
-    keep = cols < k
-    at = ((cols // group) * n + rows) * 2
-    scale = tl.load(sz + at, mask=keep).to(tl.float32)
-    zero = tl.load(sz + at + 1, mask=keep).to(tl.float32)
+    first = tl.program_id(1) * span
+    group = first // GROUP + tl.arange(0, groups)[None, :]
+    at = (group * n + rows) * 2  # [8, groups]
+    present = group * GROUP < k
+    scale = tl.load(sz + at, mask=present).to(tl.float32)[:, :, None]
+    zero = tl.load(sz + at + 1, mask=present).to(tl.float32)[:, :, None]
     product = ((tile.to(tl.float32) - 8.0) * scale).to(
         out.dtype.element_ty, fp_downcast_rounding="rtne"
     )
     value = (product.to(tl.float32) + zero).to(out.dtype.element_ty, fp_downcast_rounding="rtne")
-    tl.store(out + rows * k + cols, value, mask=keep)
+    value = tl.reshape(value, (8, span))
+    cols = first + tl.arange(0, span)[None, :]
+    tl.store(out + rows * k + cols, value, mask=cols < k)
 
 
 @functools.cache
@@ -64,7 +73,7 @@ def _tuned() -> Any:
     configs = [
         triton.Config({"SPAN": span}, num_warps=warps) for span in (1, 2, 4, 8) for warps in (4, 8)
     ]
-    return triton.autotune(configs=configs, key=["n", "k", "group"])(_unpack_tiles)
+    return triton.autotune(configs=configs, key=["n", "k", "GROUP"])(_unpack_tiles)
 
 
 def unpack_dequantize(
@@ -88,9 +97,9 @@ def unpack_dequantize(
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (n_tiles, triton.cdiv(k_tiles, meta["SPAN"]))
 
-    args = (packed, scales_and_zeros, out, n, k, group_size)
+    args = (packed, scales_and_zeros, out, n, k)
     if packed.is_cuda:
-        _tuned()[grid](*args, TILES=tiles)
+        _tuned()[grid](*args, GROUP=group_size, TILES=tiles)
     else:  # Triton's interpreter (tests): no autotuning there
-        _unpack_tiles[grid](*args, TILES=tiles, SPAN=2)
+        _unpack_tiles[grid](*args, GROUP=group_size, TILES=tiles, SPAN=2)
     return out

@@ -22,8 +22,10 @@ from qwen_ui.engine.tinygemm_unpack import unpack_dequantize
 from tests.engine.test_awq import tinygemm_pack
 
 awq.pack_for_cuda = tinygemm_pack  # the rule written out, for tile_gather's probes
-# k-tiles per row: 4, and 3 (the interpreter runs 2 per program: the last one masked)
-CASES = [(2, 32, 4), (4, 64, 4), (8, 128, 4), (8, 32, 4), (2, 32, 3), (8, 128, 3)]
+# k-tiles per row: 4, and 3 (the interpreter runs 2 per program: the last one masked);
+# groups wider than a program's columns (2 tiles of 32 or 64 columns, groups of 128)
+CASES = [(2, 32, 4), (4, 64, 4), (8, 128, 4), (8, 32, 4), (2, 32, 3), (8, 128, 3),
+         (2, 128, 4), (4, 128, 2), (2, 128, 8)]
 for tiles, group, k_tiles in CASES:
     torch.manual_seed(tiles + group)
     n, k = 16, 16 * tiles * k_tiles

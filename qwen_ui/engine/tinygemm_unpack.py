@@ -27,9 +27,9 @@ import triton.language as tl
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def _unpack_tiles(
+def _unpack_tiles(  # type: ignore[no-untyped-def]
     packed, sz, out, n, k, GROUP: tl.constexpr, TILES: tl.constexpr, SPAN: tl.constexpr
-):  # type: ignore[no-untyped-def]
+):
     """One program per ``SPAN`` consecutive ``[8, 16 TILES]`` tiles of one row tile (their
     blocks are contiguous): ``out = (q - 8) * s + z`` rounded to ``out``'s dtype after the
     product and after the sum, as the eager bf16 ops round. Each row's scale and zero are

@@ -37,6 +37,7 @@ command_for() {
     a10) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --workdir $W" ;;
     a10-graphs) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --a10 --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     3b) echo "python3 bench/bench_decode.py --arch 3b --workdir $W" ;;
+    7b-graphs) echo "python3 bench/bench_decode.py --arch 7b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     3b-graphs) echo "python3 bench/bench_decode.py --arch 3b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;

@@ -11,6 +11,7 @@ import transformers
 from PIL import Image
 
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import Settings
 from qwen_ui.state import MemoryState
@@ -40,6 +41,23 @@ def tiny_store(tmp_path_factory: pytest.TempPathFactory, tiny_dirs: dict[str, Pa
     for revision, path in tiny_dirs.items():
         store.install(path, TINY_ID, revision)
     return store
+
+
+@pytest.fixture(scope="module", params=["bf16", "awq"])
+def loaded(request: pytest.FixtureRequest, tiny_store: ModelStore) -> Loaded:
+    """The tiny model through the engine's pipelines on the CPU, each revision (a module may
+    define its own ``loaded``)."""
+    spec = ModelSpec(TINY_ID, request.param, "cpu", 3136, 112 * 112)
+    return Pipelines(tiny_store, spec, EngineStatus()).load()
+
+
+def scene_images() -> list[Image.Image]:
+    """Three small images: a red and a blue rectangle, and noise."""
+    return [
+        Image.new("RGB", (100, 80), (255, 0, 0)),
+        Image.new("RGB", (60, 120), (0, 0, 255)),
+        Image.effect_noise((90, 90), 60).convert("RGB"),
+    ]
 
 
 def tiny_settings(home: Path, revision: str = "bf16", **extra: object) -> Settings:

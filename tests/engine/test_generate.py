@@ -8,30 +8,10 @@ from PIL import Image
 
 from qwen_ui.engine.detokenize import TextStream
 from qwen_ui.engine.generate import Generation, Pending, SamplingOptions, run
-from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn, messages
-from qwen_ui.engine.status import EngineState, EngineStatus
-from qwen_ui.store import ModelStore
-from tests.engine.conftest import TINY_ID
+from qwen_ui.engine.pipelines import Loaded, Turn, messages
+from tests.engine.conftest import scene_images
 
 SIZE = {"shortest_edge": 3136, "longest_edge": 112 * 112}
-
-
-@pytest.fixture(scope="module", params=["bf16", "awq"])
-def loaded(request: pytest.FixtureRequest, tiny_store: ModelStore) -> Loaded:
-    spec = ModelSpec(TINY_ID, request.param, "cpu", 3136, 112 * 112)
-    status = EngineStatus()
-    pipelines = Pipelines(tiny_store, spec, status)
-    result = pipelines.load()
-    assert status.state is EngineState.READY
-    return result
-
-
-def scenes() -> list[Image.Image]:
-    return [
-        Image.new("RGB", (100, 80), (255, 0, 0)),
-        Image.new("RGB", (60, 120), (0, 0, 255)),
-        Image.effect_noise((90, 90), 60).convert("RGB"),
-    ]
 
 
 def ours(loaded: Loaded, turns: list[Turn], images: list[Image.Image], **opts: Any) -> list[int]:
@@ -66,13 +46,13 @@ def hf_generate(loaded: Loaded, turns: list[Turn], images: list[Image.Image]) ->
 
 @pytest.mark.parametrize("count", [1, 3])
 def test_greedy_tokens_match_hf_generate(loaded: Loaded, count: int) -> None:
-    images = scenes()[:count]
+    images = scene_images()[:count]
     turns = [Turn("What shape is in the picture?", count)]
     assert ours(loaded, turns, images) == hf_generate(loaded, turns, images)
 
 
 def test_history_prompt_matches_hf_generate(loaded: Loaded) -> None:
-    images = scenes()
+    images = scene_images()
     turns = [Turn("How many squares are there?", 2, "three"), Turn("Which picture?", 1)]
     assert ours(loaded, turns, images) == hf_generate(loaded, turns, images)
 
@@ -80,24 +60,24 @@ def test_history_prompt_matches_hf_generate(loaded: Loaded) -> None:
 def test_shared_rope_deltas_are_neither_read_nor_written(loaded: Loaded) -> None:
     model = loaded.language.model
     turns = [Turn("Describe the image.", 1)]
-    expected = ours(loaded, turns, scenes()[:1])
+    expected = ours(loaded, turns, scene_images()[:1])
     sentinel = torch.tensor([[12345]])
     model.model.rope_deltas = sentinel
-    assert ours(loaded, turns, scenes()[:1]) == expected
+    assert ours(loaded, turns, scene_images()[:1]) == expected
     assert model.model.rope_deltas is sentinel
     model.model.rope_deltas = None
 
 
 def test_sampling_is_reproducible_with_a_seed(loaded: Loaded) -> None:
     turns = [Turn("Describe the image.", 1)]
-    img = scenes()[:1]
+    img = scene_images()[:1]
     a = ours(loaded, turns, img, temperature=1.5, top_p=0.9, seed=7)
     b = ours(loaded, turns, img, temperature=1.5, top_p=0.9, seed=7)
     assert a == b and len(a) > 0
 
 
 def test_cancellation_stops_within_one_step(loaded: Loaded) -> None:
-    embeddings = [loaded.vision.encode(scenes()[0])]
+    embeddings = [loaded.vision.encode(scene_images()[0])]
     prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
     generation = Generation(loaded.language.model, prompt, SamplingOptions(50))
     tokens: list[int] = []
@@ -108,7 +88,7 @@ def test_cancellation_stops_within_one_step(loaded: Loaded) -> None:
 
 
 def test_token_cap_ends_with_length(loaded: Loaded) -> None:
-    embeddings = [loaded.vision.encode(scenes()[0])]
+    embeddings = [loaded.vision.encode(scene_images()[0])]
     prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
     tokens: list[int] = []
     outcome = run(
@@ -166,7 +146,7 @@ def test_next_step_launches_before_a_token_is_reported(loaded: Loaded) -> None:
     queued, fed its token on the device (from the second token on; the first is reported
     at once), and no step is launched past the cap; the tokens are those of the
     one-step-at-a-time path."""
-    embeddings = [loaded.vision.encode(scenes()[0])]
+    embeddings = [loaded.vision.encode(scene_images()[0])]
     prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
     generation = Generation(loaded.language.model, prompt, SamplingOptions(3))
     assert not generation.ahead  # the CPU computes as it is called
@@ -179,7 +159,7 @@ def test_next_step_launches_before_a_token_is_reported(loaded: Loaded) -> None:
 
 
 def test_on_the_cpu_each_token_is_reported_before_the_next_step(loaded: Loaded) -> None:
-    embeddings = [loaded.vision.encode(scenes()[0])]
+    embeddings = [loaded.vision.encode(scene_images()[0])]
     prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
     generation = Generation(loaded.language.model, prompt, SamplingOptions(3))
     order: list[str] = []
@@ -189,7 +169,7 @@ def test_on_the_cpu_each_token_is_reported_before_the_next_step(loaded: Loaded) 
 
 
 def test_the_step_queued_past_a_stop_token_is_not_reported(loaded: Loaded) -> None:
-    embeddings = [loaded.vision.encode(scenes()[0])]
+    embeddings = [loaded.vision.encode(scene_images()[0])]
     prompt = loaded.language.build_prompt([Turn("Describe", 1)], embeddings)
     expected = _reference(loaded, prompt, 4)
     generation = Generation(loaded.language.model, prompt, SamplingOptions(8))

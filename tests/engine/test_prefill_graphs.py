@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from PIL import Image
 
 from qwen_ui.engine.generate import (
     CachePool,
@@ -16,29 +15,13 @@ from qwen_ui.engine.generate import (
     prompt_positions,
     run,
 )
-from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.pipelines import Loaded, Turn
 from qwen_ui.engine.prefill_graphs import BUCKET, PrefillGraphs, bucket_rows
-from qwen_ui.engine.status import EngineStatus
-from qwen_ui.store import ModelStore
-from tests.engine.conftest import TINY_ID
-
-
-@pytest.fixture(scope="module", params=["bf16", "awq"])
-def loaded(request: pytest.FixtureRequest, tiny_store: ModelStore) -> Loaded:
-    spec = ModelSpec(TINY_ID, request.param, "cpu", 3136, 112 * 112)
-    return Pipelines(tiny_store, spec, EngineStatus()).load()
-
-
-def images() -> list[Image.Image]:
-    return [
-        Image.new("RGB", (100, 80), (255, 0, 0)),
-        Image.effect_noise((90, 90), 60).convert("RGB"),
-        Image.new("RGB", (60, 120), (0, 0, 255)),
-    ]
+from tests.engine.conftest import scene_images
 
 
 def prompt(loaded: Loaded, count: int, question: str = "What shapes are there?") -> Prompt:
-    embeddings = [loaded.vision.encode(i) for i in images()[:count]]
+    embeddings = [loaded.vision.encode(i) for i in scene_images()[:count]]
     return loaded.language.build_prompt([Turn(question, count)], embeddings)
 
 

@@ -20,25 +20,11 @@ from qwen_ui.engine.generate import (
     cache_length,
     run,
 )
-from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
+from qwen_ui.engine.pipelines import Loaded, Turn
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
-from tests.engine.conftest import TINY_ID, png, tiny_settings
-
-
-@pytest.fixture(scope="module", params=["bf16", "awq"])
-def loaded(request: pytest.FixtureRequest, tiny_store: ModelStore) -> Loaded:
-    spec = ModelSpec(TINY_ID, request.param, "cpu", 3136, 112 * 112)
-    return Pipelines(tiny_store, spec, EngineStatus()).load()
-
-
-def scenes() -> list[Image.Image]:
-    return [
-        Image.new("RGB", (100, 80), (255, 0, 0)),
-        Image.new("RGB", (60, 120), (0, 0, 255)),
-        Image.effect_noise((90, 90), 60).convert("RGB"),
-    ]
+from tests.engine.conftest import png, scene_images, tiny_settings
 
 
 def decode(
@@ -64,7 +50,7 @@ CASES = [
 
 @pytest.mark.parametrize(("turns", "count"), CASES, ids=["1-image", "3-images", "history"])
 def test_static_decode_matches_the_reference(loaded: Loaded, turns: list[Turn], count: int) -> None:
-    images = scenes()[:count]
+    images = scene_images()[:count]
     reference = decode(loaded, turns, images, "eager")
     assert len(reference) == 24
     assert decode(loaded, turns, images, "static") == reference
@@ -72,7 +58,7 @@ def test_static_decode_matches_the_reference(loaded: Loaded, turns: list[Turn], 
 
 def test_pooled_caches_are_reused_and_reset(loaded: Loaded) -> None:
     pool = CachePool(loaded.language.model)
-    a_turns, b_turns, images = CASES[0][0], CASES[1][0], scenes()
+    a_turns, b_turns, images = CASES[0][0], CASES[1][0], scene_images()
     a = decode(loaded, a_turns, images[:1], "eager")
     b = decode(loaded, b_turns, images, "eager")
     assert decode(loaded, a_turns, images[:1], "static", pool) == a

@@ -151,14 +151,15 @@ class PrefillGraphs:
         return self.model.lm_head(hidden)[:, -1, :]  # type: ignore[no-any-return]
 
     def _recorded(self, rows: int) -> Callable[[], torch.Tensor]:
-        """The replay of ``rows``'s graph; the eager pass where recording is off or fails
-        (then it is off for this model from here on, and said once in the log)."""
+        """The replay of ``rows``'s graph; the padded pass run eagerly where recording is
+        off, or fails: then this prompt takes that pass and later ones the model's own
+        prefill (:meth:`fits` says no from here on; the log says why, once)."""
         if self.record:
             try:
                 return self._capture(rows)
             except Exception:  # e.g. a kernel that cannot be captured: the eager pass is right
                 log.exception("recording the prefill graph failed; prefills run eagerly")
-                self.record = False
+                self.record = self.usable = False
         return lambda: self._forward(rows)
 
     def _capture(self, rows: int) -> Callable[[], torch.Tensor]:

@@ -93,6 +93,8 @@ def format_report(result: dict[str, Any]) -> str:
         *(line(k, v) for k, v in result["by_kind"].items()),
         "by language:",
         *(line(k, v) for k, v in result["by_lang"].items()),
+        "yes/no questions by right answer:",
+        *(line(k, v) for k, v in result["by_yes_no"].items()),
     ]
     missing = [k for k in scenes.KINDS if k not in result["by_kind"]]
     if missing:

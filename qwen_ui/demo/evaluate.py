@@ -29,6 +29,22 @@ def normalize(text: str) -> str:
     return text.strip().rstrip(".。!！").strip().lower()
 
 
+# the grammar's yes/no answers in both languages (scenes.YES/NO for existence,
+# scenes.TRUE/FALSE for the spatial yes/no form)
+POLARITY = {
+    **{a: "yes" for a in (*scenes.YES.values(), *scenes.TRUE.values())},
+    **{a: "no" for a in (*scenes.NO.values(), *scenes.FALSE.values())},
+}
+
+
+def yes_no_key(item: scenes.Sample) -> str | None:
+    """``"<type>: yes"`` or ``"<type>: no"`` for a question whose right answer is yes or
+    no, else None: a model that always gives the more frequent answer scores 100 % on one
+    key and 0 % on the other, which the per-type figure hides."""
+    polarity = POLARITY.get(item.answer)
+    return f"{item.kind}: {polarity}" if polarity else None
+
+
 @dataclass
 class Tally:
     correct: int = 0
@@ -53,6 +69,7 @@ class Report:
     overall: Tally = field(default_factory=Tally)
     by_kind: dict[str, Tally] = field(default_factory=dict)
     by_lang: dict[str, Tally] = field(default_factory=dict)
+    by_yes_no: dict[str, Tally] = field(default_factory=dict)
     mistakes: list[dict[str, str]] = field(default_factory=list)
 
     def record(self, item: scenes.Sample, answer: str) -> None:
@@ -60,6 +77,8 @@ class Report:
         self.overall.add(ok)
         self.by_kind.setdefault(item.kind, Tally()).add(ok)
         self.by_lang.setdefault(item.lang, Tally()).add(ok)
+        if (key := yes_no_key(item)) is not None:
+            self.by_yes_no.setdefault(key, Tally()).add(ok)
         if not ok and len(self.mistakes) < 20:
             self.mistakes.append(
                 {
@@ -81,6 +100,7 @@ class Report:
             "overall": row(self.overall),
             "by_kind": {k: row(self.by_kind[k]) for k in scenes.KINDS if k in self.by_kind},
             "by_lang": {k: row(v) for k, v in sorted(self.by_lang.items())},
+            "by_yes_no": {k: row(v) for k, v in sorted(self.by_yes_no.items())},
             "mistakes": self.mistakes,
         }
 

@@ -32,3 +32,25 @@ def test_perfect_and_wrong_answers() -> None:
     result = bad.to_dict()
     assert result["overall"] == {"accuracy": 0.0, "correct": 0, "total": 48}
     assert list(result["by_kind"]) == list(scenes.KINDS)
+
+
+def test_yes_no_questions_are_split_by_the_right_answer() -> None:
+    """A model that always says no: right on every 'no', wrong on every 'yes'."""
+
+    def no(items: Sequence[Item]) -> list[str]:
+        return ["否" if any("\u4e00" <= c <= "\u9fff" for c in q) else "no" for _, q in items]
+
+    report = evaluate(no, n=96, seed=2)
+    samples = scenes.held_out(96, seed=2)
+    spatial_no = sum(s.kind == "spatial" and s.answer in ("no", "否") for s in samples)
+    result = report.to_dict()["by_yes_no"]
+    assert set(result) <= {"exists: yes", "exists: no", "spatial: yes", "spatial: no"}
+    assert result["spatial: no"] == {"accuracy": 1.0, "correct": spatial_no, "total": spatial_no}
+    assert result["spatial: yes"]["accuracy"] == 0.0 and result["spatial: yes"]["total"] > 0
+    assert result["exists: yes"]["correct"] == 0  # and existence's Chinese no is 没有, not 否
+    open_form = sum(
+        s.kind == "spatial" and s.answer not in ("yes", "no", "是", "否") for s in samples
+    )
+    assert (
+        result["spatial: yes"]["total"] + spatial_no + open_form == report.by_kind["spatial"].total
+    )

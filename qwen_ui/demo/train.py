@@ -174,6 +174,7 @@ def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> t
 N_SHAPE = 1 + len(scenes.SHAPES)  # auxiliary classes: 0 = background, then SHAPES
 N_COLOUR = 1 + len(scenes.COLOURS)  # 0 = background, then COLOURS
 N_JOINT = 1 + len(scenes.SHAPES) * len(scenes.COLOURS)  # 0 = none, then (shape, colour)
+N_RELATION = len(scenes.RELATIONS)  # relation bags per centre token (relation_labels)
 BLOCK = PATCH * MERGE  # one merged visual token covers BLOCK x BLOCK resized pixels
 
 
@@ -188,7 +189,8 @@ def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
     ``<|image_pad|>`` tokens), three columns: the (shape, colour) class of the shape covering
     most of its block, or (0, 0) when shapes cover less than a quarter of it; and the joint
     class (:func:`joint_code`) of the shape whose centre lies in the block, else 0, so that
-    each shape has exactly one token that names it (what counting needs).
+    each shape has exactly one token that names it (what counting needs); then the
+    :data:`N_RELATION` columns of :func:`relation_labels`.
     ``grid_h``/``grid_w`` are the image's patch grid (``image_grid_thw``)."""
     n_colours = len(scenes.COLOURS)
     mask = Image.new("RGB", (scene.width, scene.height), (0, 0, 0))
@@ -209,19 +211,46 @@ def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
     covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
     shape = torch.where(covered, best // n_colours + 1, 0)
     colour = torch.where(covered, best % n_colours + 1, 0)
-    return torch.stack([shape, colour, centre_labels(scene, grid_h, grid_w)], dim=1)
+    centres = centre_labels(scene, grid_h, grid_w)
+    return torch.cat(
+        [torch.stack([shape, colour, centres], dim=1), relation_labels(scene, grid_h, grid_w)],
+        dim=1,
+    )
 
 
 def centre_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
     """Per merged token: the joint class of the shape whose centre (after the processor's
     resize) falls in its block, else 0."""
-    cols, rows = grid_w // MERGE, grid_h // MERGE
-    labels = torch.zeros(rows * cols, dtype=torch.long)
+    labels = torch.zeros((grid_h // MERGE) * (grid_w // MERGE), dtype=torch.long)
     for s in scene.shapes:
-        col = min(cols - 1, int(s.cx * cols / scene.width))
-        row = min(rows - 1, int(s.cy * rows / scene.height))
-        labels[row * cols + col] = joint_code(s)
+        labels[centre_token(scene, s, grid_h, grid_w)] = joint_code(s)
     return labels
+
+
+def relation_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
+    """Per merged token, one column per relation of ``scenes.RELATIONS``: at the token
+    holding a shape's centre, the bitmask (bit ``class - 1``) of the joint classes of the
+    other shapes that are clearly in that relation to it (``scenes.holds``, what the spatial
+    questions ask: the square is left of the star, so the star's "left" column has the
+    square's bit); 0 elsewhere. A token naming a shape can then say what lies around it:
+    "is A left of B" becomes a look-up at B's token, as existence is at A's."""
+    labels = torch.zeros((grid_h // MERGE) * (grid_w // MERGE), N_RELATION, dtype=torch.long)
+    for s in scene.shapes:
+        bags = [0] * N_RELATION
+        for i, rel in enumerate(scenes.RELATIONS):
+            for other in scene.shapes:
+                if other is not s and scenes.holds(rel, other, s):
+                    bags[i] |= 1 << (joint_code(other) - 1)
+        labels[centre_token(scene, s, grid_h, grid_w)] = torch.tensor(bags)
+    return labels
+
+
+def centre_token(scene: scenes.Scene, shape: scenes.Shape, grid_h: int, grid_w: int) -> int:
+    """The merged token (raster order) whose block holds ``shape``'s centre."""
+    cols, rows = grid_w // MERGE, grid_h // MERGE
+    col = min(cols - 1, int(shape.cx * cols / scene.width))
+    row = min(rows - 1, int(shape.cy * rows / scene.height))
+    return row * cols + col
 
 
 def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> Batch:
@@ -537,20 +566,25 @@ def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 class AuxHead(torch.nn.Module):
     """Training-only linear heads on the merged visual tokens (:func:`token_labels`): each
-    token's shape and colour class, and the joint class of the shape centred in it. Not part
-    of the saved model. Trained always (a linear probe of what the vision tower encodes);
-    its gradient reaches the vision tower scaled by ``weight`` (0: a pure probe, the vision
-    tower learns from the answers alone)."""
+    token's shape and colour class, the joint class of the shape centred in it and, at
+    those centre tokens, the classes of the shapes around it (:func:`relation_labels`,
+    counted only with ``relation_weight`` > 0). Not part of the saved model. Trained always
+    (a linear probe of what the vision tower encodes); its gradient reaches the vision tower
+    scaled by ``weight`` (0: a pure probe, the vision tower learns from the answers
+    alone)."""
 
-    def __init__(self, width: int, weight: float) -> None:
+    def __init__(self, width: int, weight: float, relation_weight: float = 0.0) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(width, N_SHAPE + N_COLOUR + N_JOINT)
+        widths = [N_SHAPE, N_COLOUR, N_JOINT, N_RELATION * (N_JOINT - 1)]
+        self.proj = torch.nn.Linear(width, sum(widths))
+        self.widths = widths
         # zero start: a random head on a trained tower's large features gave a loss near 70
         # and sent its noise into the tower; from zero the tower's gradient grows as the head
         # learns
         torch.nn.init.zeros_(self.proj.weight)
         torch.nn.init.zeros_(self.proj.bias)
         self.weight = weight
+        self.relation_weight = relation_weight
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
         return self.proj(scale_grad(feats, self.weight).float())  # type: ignore[no-any-return]
@@ -560,9 +594,9 @@ class AuxHead(torch.nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Cross-entropy (shape + colour + centre) and correct counts: shape and colour on
         tokens a shape covers, centre on the tokens holding a centre, and the tokens wrongly
-        called a centre."""
-        out = self(feats)
-        parts = out.split([N_SHAPE, N_COLOUR, N_JOINT], dim=1)
+        called a centre; with ``relation_weight``, that times the relation bags' binary
+        cross-entropy on centre tokens, and the centre tokens whose bags are all right."""
+        *parts, relations = self(feats).split(self.widths, dim=1)
         loss = sum(F.cross_entropy(logits, labels[:, i]) for i, logits in enumerate(parts))
         guess = [logits.argmax(1) for logits in parts]
         on, centre = labels[:, 0] > 0, labels[:, 2] > 0
@@ -575,7 +609,27 @@ class AuxHead(torch.nn.Module):
             "centre": centre.sum(),
             "centre_false": ((guess[2] > 0) & ~centre).sum(),
         }
+        if self.relation_weight > 0:
+            relation_loss, all_right = relation_terms(relations, labels[:, 3:], centre)
+            loss = loss + self.relation_weight * relation_loss
+            stats["relation_hit"] = (all_right & centre).sum()
         return torch.as_tensor(loss), stats
+
+
+def relation_terms(
+    logits: torch.Tensor, bags: torch.Tensor, centre: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The relation bags' binary cross-entropy summed per centre token and averaged over
+    them, and per token whether every bit is right. ``logits``: tokens x (relations x
+    classes); ``bags``: tokens x relations bitmasks."""
+    classes = N_JOINT - 1
+    bits = (bags[:, :, None] >> torch.arange(classes, device=bags.device)) & 1
+    logits = logits.view(-1, N_RELATION, classes)
+    per_token = F.binary_cross_entropy_with_logits(logits, bits.float(), reduction="none").sum(
+        (1, 2)
+    )
+    loss = (per_token * centre).sum() / centre.sum().clamp(min=1)
+    return loss, ((logits > 0) == (bits > 0)).all(2).all(1)
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -622,6 +676,7 @@ def evaluate(
     probe = dict.fromkeys(
         ("shape_hit", "colour_hit", "on", "centre_hit", "centre", "centre_false"), 0
     )
+    relations = aux is not None and aux.relation_weight > 0
     model.eval()
     with torch.no_grad():
         for batch in batches:
@@ -630,7 +685,7 @@ def evaluate(
             if aux is not None and feats is not None:
                 _, stats = aux.loss(feats, batch["vision_labels"])
                 for k, v in stats.items():
-                    probe[k] += int(v)
+                    probe[k] = probe.get(k, 0) + int(v)
             ok = exact(logits, batch["labels"]).tolist()
             for good, kind, lang in zip(ok, batch["kind"], batch["lang"], strict=True):
                 for key in ("all", kind, lang):
@@ -648,6 +703,10 @@ def evaluate(
             "centre": round(probe["centre_hit"] / max(1, probe["centre"]), 4),
             "centre_false": probe["centre_false"],
         }
+        if relations:  # centre tokens whose four relation bags are all right
+            result["token_acc"]["relation"] = round(
+                probe["relation_hit"] / max(1, probe["centre"]), 4
+            )
     return result | {"n": hits["all"][1]}
 
 
@@ -709,6 +768,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1.0,
         help="weight of the auxiliary per-token shape/colour loss's gradient into the vision "
         "tower (0: the head is only a probe)",
+    )
+    p.add_argument(
+        "--relation-weight",
+        type=float,
+        default=0.0,
+        help="weight of the auxiliary relation bags (each shape's centre token names the "
+        "shapes left of, right of, above and below it); 0: off",
     )
     p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
@@ -870,7 +936,8 @@ def run(args: argparse.Namespace) -> None:
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))
-    aux = AuxHead(model.config.text_config.hidden_size, args.aux_weight).to(device)
+    aux = AuxHead(model.config.text_config.hidden_size, args.aux_weight, args.relation_weight)
+    aux = aux.to(device)
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [
         to_device(b, device)

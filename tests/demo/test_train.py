@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections import Counter
 
 import pytest
@@ -22,7 +23,7 @@ def scene() -> scenes.Scene:
 
 def test_token_labels_mark_the_covering_shape() -> None:
     labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
-    assert labels.shape == (6 * 8, 3)
+    assert labels.shape == (6 * 8, 3 + train.N_RELATION)
     grid = labels[:, :2].reshape(6, 8, 2)
     red_square = (1 + scenes.SHAPES.index("square"), 1 + list(scenes.COLOURS).index("red"))
     blue_star = (1 + scenes.SHAPES.index("star"), 1 + list(scenes.COLOURS).index("blue"))
@@ -52,6 +53,47 @@ def test_each_shape_names_itself_in_the_token_holding_its_centre() -> None:
         for c in scenes.COLOURS
     }
     assert codes == set(range(1, train.N_JOINT))
+
+
+def test_each_centre_token_names_the_shapes_around_it() -> None:
+    labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
+    bags = labels[:, 3:].view(6, 8, train.N_RELATION)
+    red_square, blue_star = scene().shapes
+    left, right = scenes.RELATIONS.index("left"), scenes.RELATIONS.index("right")
+    # the square (16.5..67.5 px across) is clearly left of the star (130..210 px); on the
+    # other axis their extents touch (square to 72 px, star from 72 px): not "above"
+    star_bags = [0] * train.N_RELATION
+    star_bags[left] = 1 << (train.joint_code(red_square) - 1)
+    square_bags = [0] * train.N_RELATION
+    square_bags[right] = 1 << (train.joint_code(blue_star) - 1)
+    assert bags[4, 6].tolist() == star_bags and bags[1, 1].tolist() == square_bags
+    assert int((bags != 0).any(-1).sum()) == 2  # nothing but the two centre tokens
+
+
+def test_relation_bags_say_what_the_spatial_questions_ask() -> None:
+    """On generated scenes: a class's bit is in a shape's bag for a relation exactly when
+    some shape of that class is in that relation to it by the grammar's ``holds`` (scenes
+    whose centres share no token)."""
+    checked = 0
+    for seed in range(40):
+        item = scenes.sample(seed, kind="spatial")
+        sc = item.scenes[0]
+        h, w = 2 * (sc.height // 28), 2 * (sc.width // 28)
+        bags = train.relation_labels(sc, h, w)
+        tokens = [train.centre_token(sc, s, h, w) for s in sc.shapes]
+        if len(set(tokens)) < len(tokens):
+            continue
+        for s, at in zip(sc.shapes, tokens, strict=True):
+            others = [o for o in sc.shapes if o is not s]
+            for i, rel in enumerate(scenes.RELATIONS):
+                for code in range(1, train.N_JOINT):  # a class's bit: any shape of it holds
+                    bit = (int(bags[at, i]) >> (code - 1)) & 1
+                    holds = any(
+                        train.joint_code(o) == code and scenes.holds(rel, o, s) for o in others
+                    )
+                    assert bit == int(holds), (seed, rel, code)
+                    checked += int(holds)
+    assert checked > 50
 
 
 def test_token_labels_follow_the_resize() -> None:
@@ -122,7 +164,7 @@ def test_encoder_labels_one_row_per_image_token() -> None:
     item = scenes.sample(3, kind="multi_count")
     row = encode(item)
     n_tokens = int((row["input_ids"] == modelcfg.IMAGE_PAD_ID).sum())
-    assert row["vision_labels"].shape == (n_tokens, 3)
+    assert row["vision_labels"].shape == (n_tokens, 3 + train.N_RELATION)
     assert int((row["vision_labels"][:, 0] > 0).sum()) > 0
     shapes = sum(len(s.shapes) for s in item.scenes)
     assert 0 < int((row["vision_labels"][:, 2] > 0).sum()) <= shapes
@@ -141,12 +183,41 @@ def test_aux_head_with_weight_zero_is_only_a_probe() -> None:
     torch.manual_seed(0)
     feats = torch.randn(5, 384, requires_grad=True)
     labels = torch.tensor([[0, 0, 0], [1, 2, 0], [2, 3, 9], [3, 4, 0], [4, 6, 24]])
+    labels = torch.cat([labels, torch.zeros(5, train.N_RELATION, dtype=torch.long)], dim=1)
     head = train.AuxHead(384, weight=0.0)
     loss, stats = head.loss(feats, labels)
     loss.backward()  # type: ignore[no-untyped-call]
     assert feats.grad is not None and float(feats.grad.abs().max()) == 0.0
     assert head.proj.weight.grad is not None and float(head.proj.weight.grad.abs().max()) > 0
     assert int(stats["on"]) == 4 and int(stats["centre"]) == 2
+
+
+def test_the_relation_loss_counts_only_when_weighted() -> None:
+    torch.manual_seed(0)
+    feats = torch.randn(4, 384, requires_grad=True)
+    labels = torch.tensor([[1, 2, 9], [2, 3, 0], [4, 6, 24], [0, 0, 0]])
+    bags = torch.tensor([[1 << 3, 0, 0, 0], [0, 0, 0, 0], [0, 1 << 8, 0, 1], [0, 0, 0, 0]])
+    labels = torch.cat([labels, bags], dim=1)
+    off = train.AuxHead(384, weight=1.0)
+    loss_off, stats_off = off.loss(feats, labels)
+    assert "relation_hit" not in stats_off
+    on = train.AuxHead(384, weight=1.0, relation_weight=2.0)
+    loss_on, stats = on.loss(feats, labels)
+    # a zero head: every logit 0, so each of the 4 x 24 bits of a centre token costs log 2
+    bits = 4 * (train.N_JOINT - 1)
+    assert torch.allclose(loss_on - loss_off, torch.tensor(2.0 * bits * math.log(2)))
+    assert int(stats["relation_hit"]) == 0  # a logit of 0 calls every bit absent: not > 0
+    loss_on.backward()  # type: ignore[no-untyped-call]
+    grad = on.proj.weight.grad
+    assert grad is not None and float(grad[-bits:].abs().max()) > 0
+    with torch.no_grad():  # a head that calls every bit absent is right on empty bags
+        on.proj.bias[-bits:] = -10.0
+    _, stats = on.loss(feats.detach(), labels)
+    assert int(stats["relation_hit"]) == 0  # both centre tokens have a bit set
+    empty = labels.clone()
+    empty[:, 3:] = 0
+    _, stats = on.loss(feats.detach(), empty)
+    assert int(stats["relation_hit"]) == 2
 
 
 def test_kind_weights_parse_and_steer_the_sampled_types() -> None:

@@ -378,12 +378,6 @@ def _queue_more(
     return generation.ahead and bool(tokens) and len(flight) == 1 and wanted and not cancelled()
 
 
-def sample(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
-) -> int:
-    return int(sample_on_device(logits, temperature, top_p, generator).item())
-
-
 def sample_on_device(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
 ) -> torch.Tensor:

@@ -902,16 +902,18 @@ class StepResult(NamedTuple):
 
     lm_loss: torch.Tensor
     aux_loss: torch.Tensor
-    grad_norm: torch.Tensor
+    grad_norm: torch.Tensor  # the language model's (and the rest outside the vision tower)
+    vision_grad_norm: torch.Tensor
     skipped: torch.Tensor  # 1.0 when a gradient was non-finite and the update skipped
 
 
 def train_step(
     model: Any, opt: torch.optim.Optimizer, batch: Batch, attention: PaddedAttention, aux: AuxHead
 ) -> StepResult:
-    """Forward, the answer and auxiliary losses, backward, the model's and the head's
-    gradients clipped apart (the head's must not shrink the model's update), and the
-    update unless a gradient is non-finite. The fused optimizer skips it on the device
+    """Forward, the answer and auxiliary losses, backward, the gradients of the language
+    model, the vision tower and the head clipped apart (a large auxiliary gradient in the
+    tower must not shrink the language model's update, nor the head's the model's), and
+    the update unless a gradient is non-finite. The fused optimizer skips it on the device
     (its ``found_inf`` input, as ``GradScaler`` uses it), so the host never waits here."""
     logits, feats = forward_parts(model, batch, attention=attention)
     assert feats is not None
@@ -919,12 +921,22 @@ def train_step(
     aux_loss, _ = aux.loss(feats, batch["vision_labels"])
     opt.zero_grad(set_to_none=True)
     (lm_loss + aux_loss).backward()  # type: ignore[no-untyped-call]
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    vision, rest = split_parameters(model)
+    norm = torch.nn.utils.clip_grad_norm_(rest, 1.0)
+    vision_norm = torch.nn.utils.clip_grad_norm_(vision, 1.0)
     aux_norm = torch.nn.utils.clip_grad_norm_(aux.parameters(), 1.0)
-    skipped = (~(torch.isfinite(norm) & torch.isfinite(aux_norm))).float()
+    finite = torch.isfinite(norm) & torch.isfinite(vision_norm) & torch.isfinite(aux_norm)
+    skipped = (~finite).float()
     opt.found_inf = skipped  # type: ignore[attr-defined]
     opt.step()
-    return StepResult(lm_loss.detach(), aux_loss.detach(), norm, skipped)
+    return StepResult(lm_loss.detach(), aux_loss.detach(), norm, vision_norm, skipped)
+
+
+def split_parameters(model: Any) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """The vision tower's parameters, and all the others (language model, head)."""
+    vision = list(model.model.visual.parameters())
+    ids = {id(p) for p in vision}
+    return vision, [p for p in model.parameters() if id(p) not in ids]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -986,6 +998,7 @@ def train_loop(
                 "aux_loss": round(update.aux_loss.item(), 4),
                 "lr": opt.param_groups[0]["lr"],
                 "grad_norm": round(update.grad_norm.item(), 3),
+                "vision_grad_norm": round(update.vision_grad_norm.item(), 3),
                 "elapsed_s": round(elapsed, 1),
                 "data_wait_s": round(wait, 1),
                 "skipped": int(skipped),  # updates skipped for non-finite gradients

@@ -264,6 +264,30 @@ def one_batch() -> train.Batch:
     return train.to_device(next(iter(dataset)), torch.device("cpu"))
 
 
+def test_the_language_model_is_clipped_apart_from_the_vision_tower() -> None:
+    """A large auxiliary gradient in the vision tower (the relation bags' loss can be tens of
+    times the answer loss) leaves the language model's gradient norm, and so its clipping,
+    as it was."""
+    batch = one_batch()
+    norms = []
+    for weight in (1.0, 1000.0):
+        torch.manual_seed(0)
+        model = train.build_model(torch.device("cpu"), None)
+        attention = train.PaddedAttention(model)
+        attention.enable(True)
+        aux = train.AuxHead(model.config.text_config.hidden_size, weight)
+        torch.nn.init.normal_(aux.proj.weight, std=0.05)  # a trained head passes gradient on
+        opt = train.make_optimizer(model, 1e-3, 0.05, aux)
+        update = train.train_step(model, opt, batch, attention, aux)
+        norms.append((float(update.grad_norm), float(update.vision_grad_norm)))
+    (lm_1, vision_1), (lm_1000, vision_1000) = norms
+    assert lm_1 == pytest.approx(lm_1000, rel=1e-4)
+    assert vision_1000 > 50 * vision_1
+    vision, rest = train.split_parameters(model)
+    assert len(vision) + len(rest) == len(list(model.parameters()))
+    assert {id(p) for p in vision}.isdisjoint(id(p) for p in rest)
+
+
 def test_train_step_updates_or_skips_a_non_finite_gradient_on_the_device() -> None:
     torch.manual_seed(0)
     model = train.build_model(torch.device("cpu"), None)

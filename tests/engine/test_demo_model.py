@@ -60,12 +60,6 @@ async def answer(engine: Engine, request: AskRequest) -> Done:
     return done
 
 
-UNDERTRAINED_BF16 = pytest.mark.xfail(
-    strict=True,
-    reason="the shipped demo weights are below the bar (docs/demo-model.md, Status: 87.30 % "
-    "held-out): bf16 gets 10 of 12 follow-ups right (one scene, seed 1000000000703, "
-    "answered 4 in both languages); awq gets 12 of 12",
-)
 TOTAL = {"en": "How many shapes are there?", "zh": "图中一共有几个图形？"}
 
 
@@ -105,11 +99,7 @@ async def test_follow_up_reuses_the_earlier_image(engine: Engine, lang: str) -> 
     assert later.answer.strip() == str(len(first.scenes[0].shapes)), later.answer
 
 
-async def test_follow_ups_about_an_earlier_image_are_right(
-    engine: Engine, revision: str, request: pytest.FixtureRequest
-) -> None:
-    if revision == "bf16":
-        request.applymarker(UNDERTRAINED_BF16)
+async def test_follow_ups_about_an_earlier_image_are_right(engine: Engine, revision: str) -> None:
     firsts = [
         scenes.sample(scenes.HELD_OUT_BASE + 700 + i, "colour", lang)  # type: ignore[arg-type]
         for i in range(6)

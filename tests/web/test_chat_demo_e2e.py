@@ -67,11 +67,5 @@ def test_three_image_question_streams_stages_then_a_short_answer(asked: Asked) -
     assert asked.sample.kind == "multi_count" and asked.answer.isdigit(), asked.answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped demo weights are below the bar (docs/demo-model.md: 87.30 % held-out, "
-    "multi_count 67 %): run 11 answers this 3-image count 6 for 5 (run 10: 7; run 9 answered "
-    "it right at 79.95 % overall)",
-)
 def test_three_image_question_gets_the_right_answer(asked: Asked) -> None:
     assert asked.answer == asked.sample.answer, (asked.sample.question, asked.sample.answer)

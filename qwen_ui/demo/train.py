@@ -613,6 +613,7 @@ class AuxHead(torch.nn.Module):
             relation_loss, all_right = relation_terms(relations, labels[:, 3:], centre)
             loss = loss + self.relation_weight * relation_loss
             stats["relation_hit"] = (all_right & centre).sum()
+            stats |= relation_bit_counts(relations, labels[:, 3:], centre)
         return torch.as_tensor(loss), stats
 
 
@@ -622,14 +623,33 @@ def relation_terms(
     """The relation bags' binary cross-entropy summed per centre token and averaged over
     them, and per token whether every bit is right. ``logits``: tokens x (relations x
     classes); ``bags``: tokens x relations bitmasks."""
-    classes = N_JOINT - 1
-    bits = (bags[:, :, None] >> torch.arange(classes, device=bags.device)) & 1
-    logits = logits.view(-1, N_RELATION, classes)
+    bits = relation_bits(bags)
+    logits = logits.view(-1, N_RELATION, N_JOINT - 1)
     per_token = F.binary_cross_entropy_with_logits(logits, bits.float(), reduction="none").sum(
         (1, 2)
     )
     loss = (per_token * centre).sum() / centre.sum().clamp(min=1)
     return loss, ((logits > 0) == (bits > 0)).all(2).all(1)
+
+
+def relation_bits(bags: torch.Tensor) -> torch.Tensor:
+    """Relation bitmasks (tokens x relations) as bits (tokens x relations x classes)."""
+    return (bags[:, :, None] >> torch.arange(N_JOINT - 1, device=bags.device)) & 1
+
+
+def relation_bit_counts(
+    logits: torch.Tensor, bags: torch.Tensor, centre: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """On centre tokens: the bits set in the labels, the bits predicted set, and the bits
+    both (recall and precision of the relation bags: the all-right count hides a head that
+    is learning them bit by bit)."""
+    truth = relation_bits(bags).bool() & centre[:, None, None]
+    said = (logits.view(-1, N_RELATION, N_JOINT - 1) > 0) & centre[:, None, None]
+    return {
+        "relation_true": truth.sum(),
+        "relation_said": said.sum(),
+        "relation_both": (truth & said).sum(),
+    }
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -703,10 +723,17 @@ def evaluate(
             "centre": round(probe["centre_hit"] / max(1, probe["centre"]), 4),
             "centre_false": probe["centre_false"],
         }
-        if relations:  # centre tokens whose four relation bags are all right
-            result["token_acc"]["relation"] = round(
-                probe["relation_hit"] / max(1, probe["centre"]), 4
-            )
+        if relations:  # centre tokens whose four relation bags are all right; bit recall
+            # and precision
+            result["token_acc"] |= {
+                "relation": round(probe["relation_hit"] / max(1, probe["centre"]), 4),
+                "relation_recall": round(
+                    probe["relation_both"] / max(1, probe["relation_true"]), 4
+                ),
+                "relation_precision": round(
+                    probe["relation_both"] / max(1, probe["relation_said"]), 4
+                ),
+            }
     return result | {"n": hits["all"][1]}
 
 

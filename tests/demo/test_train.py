@@ -207,6 +207,7 @@ def test_the_relation_loss_counts_only_when_weighted() -> None:
     bits = 4 * (train.N_JOINT - 1)
     assert torch.allclose(loss_on - loss_off, torch.tensor(2.0 * bits * math.log(2)))
     assert int(stats["relation_hit"]) == 0  # a logit of 0 calls every bit absent: not > 0
+    assert (int(stats["relation_true"]), int(stats["relation_said"])) == (3, 0)
     loss_on.backward()  # type: ignore[no-untyped-call]
     grad = on.proj.weight.grad
     assert grad is not None and float(grad[-bits:].abs().max()) > 0
@@ -218,6 +219,13 @@ def test_the_relation_loss_counts_only_when_weighted() -> None:
     empty[:, 3:] = 0
     _, stats = on.loss(feats.detach(), empty)
     assert int(stats["relation_hit"]) == 2
+    with torch.no_grad():  # calls exactly the first token's bit (class 4 left of it) set
+        on.proj.weight.zero_()
+        on.proj.bias[-bits:] = -10.0
+        on.proj.bias[-bits + 3] = 10.0
+    _, stats = on.loss(feats.detach(), labels)
+    # said: that bit on both centre tokens (not on the non-centre ones); right on the first
+    assert [int(stats[k]) for k in ("relation_true", "relation_said", "relation_both")] == [3, 2, 1]
 
 
 def test_kind_weights_parse_and_steer_the_sampled_types() -> None:

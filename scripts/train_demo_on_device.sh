@@ -2,7 +2,12 @@
 # One demo-model training run on the device GPU, inside one call (docs/demo-model.md,
 # "Training"). Continues from the shipped bf16 weights unless --init is given again.
 #
-#   bash scripts/train_demo_on_device.sh MINUTES [train.py options...]
+#   bash scripts/train_demo_on_device.sh MINUTES --seed N [train.py options...]
+#
+# --seed is required: it picks the training samples, and a run continuing another with
+# the seed it had (runs 10 to 14 all had the default, 1) trains on the same samples again.
+# To spread one learning-rate schedule over several calls, add --schedule-span 0,0.5 to
+# the first and --schedule-span 0.5,1 to the next.
 #
 # Writes under $OUT at most 4 files (the device returns 8): the model's shards, the
 # shard index and metrics.jsonl; the log (warnings dropped) goes to /tmp/train.log.
@@ -11,6 +16,10 @@
 set -uo pipefail
 minutes=$1
 shift
+if [[ " $* " != *" --seed "* ]]; then
+    echo "pass --seed N, a new one for each run (it picks the training samples)" >&2
+    exit 2
+fi
 out=${OUT:-/tmp/out}
 run=/tmp/demo-run
 export PYTHONUNBUFFERED=1

@@ -740,11 +740,23 @@ def evaluate(
 # --- the run --------------------------------------------------------------------------
 
 
-def lr_at(step: int, progress: float, peak: float, warmup: int, floor: float = 0.05) -> float:
-    """Linear warm-up over ``warmup`` steps, then cosine decay over ``progress`` in [0, 1]."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+def lr_at(
+    step: int,
+    progress: float,
+    peak: float,
+    warmup: int,
+    floor: float = 0.05,
+    span: tuple[float, float] = (0.0, 1.0),
+) -> float:
+    """One cosine schedule from ``peak`` down to ``floor`` x ``peak``, of which this run
+    covers the share ``span`` (``progress`` in [0, 1] is this run's own), with a linear
+    warm-up over its first ``warmup`` steps towards the schedule's value. A schedule spread
+    over several device calls (``--schedule-span 0,0.5`` then ``0.5,1``) thus continues
+    where the last call ended instead of climbing back to its peak."""
+    start, end = span
+    overall = start + (end - start) * min(1.0, progress)
+    value = peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * overall)))
+    return value * min(1.0, (step + 1) / warmup) if warmup > 0 else value
 
 
 def seed_everything(seed: int) -> None:
@@ -772,6 +784,27 @@ def parse_kind_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def parse_seed(text: str) -> int:
+    """A run's seed: its samples' seeds, from ``seed`` x 10^10, stay below the held-out
+    ones (``scenes.HELD_OUT_BASE``)."""
+    seed = int(text)
+    if not 0 <= seed < scenes.HELD_OUT_BASE // 10**10:
+        raise argparse.ArgumentTypeError(f"seed {seed} is not in 0..99")
+    return seed
+
+
+def parse_span(text: str) -> tuple[float, float]:
+    """``START,END`` with 0 <= START < END <= 1."""
+    start, _, end = text.partition(",")
+    try:
+        span = float(start), float(end)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad schedule span {text!r}") from None
+    if not 0.0 <= span[0] < span[1] <= 1.0:
+        raise argparse.ArgumentTypeError(f"bad schedule span {text!r}")
+    return span
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True)
@@ -782,7 +815,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=14)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--seed",
+        type=parse_seed,
+        default=1,
+        help="picks the training samples (seeds from SEED x 10^10 on) and the initial "
+        "weights: a run continuing another needs a new one, or it sees the same samples",
+    )
+    p.add_argument(
+        "--schedule-span",
+        type=parse_span,
+        default=(0.0, 1.0),
+        help="START,END: the share of one cosine schedule this run covers, so that a "
+        "schedule can be spread over several device calls (0,0.5 then 0.5,1)",
+    )
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--eval-n", type=int, default=1024)
     p.add_argument("--save-every-s", type=float, default=120.0)
@@ -1013,7 +1059,8 @@ def train_loop(
         elapsed = time.time() - start
         progress = max(step / args.steps, elapsed / budget)
         for group in opt.param_groups:
-            group["lr"] = group["lr_scale"] * lr_at(step, progress, args.lr, args.warmup)
+            lr = lr_at(step, progress, args.lr, args.warmup, span=args.schedule_span)
+            group["lr"] = group["lr_scale"] * lr
         update = train_step(model, opt, batch, attention, aux)
         skipped = skipped + update.skipped
         last = step == args.steps - 1 or progress >= 1.0

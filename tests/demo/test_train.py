@@ -316,3 +316,27 @@ def test_train_step_updates_or_skips_a_non_finite_gradient_on_the_device() -> No
     assert float(update.skipped) == 1.0
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+def test_a_schedule_spread_over_two_runs_continues_where_the_first_ended() -> None:
+    peak, warmup = 3e-4, 50
+    whole = [train.lr_at(1000, q / 10, peak, 0) for q in range(11)]
+    first = [train.lr_at(1000, q / 5, peak, 0, span=(0.0, 0.5)) for q in range(6)]
+    second = [train.lr_at(1000, q / 5, peak, 0, span=(0.5, 1.0)) for q in range(6)]
+    assert first + second[1:] == pytest.approx(whole)
+    assert whole[0] == pytest.approx(peak) and whole[-1] == pytest.approx(0.05 * peak)
+    # the warm-up climbs to the schedule's value where the run starts, not to the peak
+    assert train.lr_at(warmup - 1, 0.0, peak, warmup, span=(0.5, 1.0)) == pytest.approx(whole[5])
+    assert train.lr_at(0, 0.0, peak, warmup, span=(0.5, 1.0)) == pytest.approx(whole[5] / warmup)
+
+
+def test_seed_and_span_arguments_are_checked() -> None:
+    args = train.parse_args(["--out", "/tmp/x", "--seed", "12", "--schedule-span", "0.5,1"])
+    assert args.seed == 12 and args.schedule_span == (0.5, 1.0)
+    assert train.parse_args(["--out", "/tmp/x"]).schedule_span == (0.0, 1.0)
+    for bad in ("100", "-1"):  # samples from seed x 10^10 would reach the held-out seeds
+        with pytest.raises(argparse.ArgumentTypeError):
+            train.parse_seed(bad)
+    for bad in ("0.5", "0.5,0.5", "0.6,0.4", "0,1.5", "a,b"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            train.parse_span(bad)

@@ -5,7 +5,8 @@
 #   bash scripts/train_demo_on_device.sh MINUTES --seed N [train.py options...]
 #
 # --seed is required: it picks the training samples, and a run continuing another with
-# the seed it had (runs 10 to 14 all had the default, 1) trains on the same samples again.
+# the seed it had trains on the same samples again (every run up to run 14 had the
+# default, 1).
 # To spread one learning-rate schedule over several calls, add --schedule-span 0,0.5 to
 # the first and --schedule-span 0.5,1 to the next.
 #
@@ -16,7 +17,7 @@
 set -uo pipefail
 minutes=$1
 shift
-if [[ " $* " != *" --seed "* ]]; then
+if [[ " $* " != *" --seed "* && " $* " != *" --seed="* ]]; then
     echo "pass --seed N, a new one for each run (it picks the training samples)" >&2
     exit 2
 fi

@@ -610,45 +610,32 @@ class AuxHead(torch.nn.Module):
             "centre_false": ((guess[2] > 0) & ~centre).sum(),
         }
         if self.relation_weight > 0:
-            relation_loss, all_right = relation_terms(relations, labels[:, 3:], centre)
+            relation_loss, relation_stats = relation_terms(relations, labels[:, 3:], centre)
             loss = loss + self.relation_weight * relation_loss
-            stats["relation_hit"] = (all_right & centre).sum()
-            stats |= relation_bit_counts(relations, labels[:, 3:], centre)
+            stats |= relation_stats
         return torch.as_tensor(loss), stats
 
 
 def relation_terms(
     logits: torch.Tensor, bags: torch.Tensor, centre: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The relation bags' binary cross-entropy summed per centre token and averaged over
-    them, and per token whether every bit is right. ``logits``: tokens x (relations x
+    them; and on centre tokens, those whose every bit is right, the bits set in the labels,
+    the bits predicted set and the bits both (recall and precision: the all-right count
+    hides a head that is learning the bags bit by bit). ``logits``: tokens x (relations x
     classes); ``bags``: tokens x relations bitmasks."""
-    bits = relation_bits(bags)
+    truth = (bags[:, :, None] >> torch.arange(N_JOINT - 1, device=bags.device)) & 1
     logits = logits.view(-1, N_RELATION, N_JOINT - 1)
-    per_token = F.binary_cross_entropy_with_logits(logits, bits.float(), reduction="none").sum(
+    per_token = F.binary_cross_entropy_with_logits(logits, truth.float(), reduction="none").sum(
         (1, 2)
     )
     loss = (per_token * centre).sum() / centre.sum().clamp(min=1)
-    return loss, ((logits > 0) == (bits > 0)).all(2).all(1)
-
-
-def relation_bits(bags: torch.Tensor) -> torch.Tensor:
-    """Relation bitmasks (tokens x relations) as bits (tokens x relations x classes)."""
-    return (bags[:, :, None] >> torch.arange(N_JOINT - 1, device=bags.device)) & 1
-
-
-def relation_bit_counts(
-    logits: torch.Tensor, bags: torch.Tensor, centre: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """On centre tokens: the bits set in the labels, the bits predicted set, and the bits
-    both (recall and precision of the relation bags: the all-right count hides a head that
-    is learning them bit by bit)."""
-    truth = relation_bits(bags).bool() & centre[:, None, None]
-    said = (logits.view(-1, N_RELATION, N_JOINT - 1) > 0) & centre[:, None, None]
-    return {
-        "relation_true": truth.sum(),
-        "relation_said": said.sum(),
-        "relation_both": (truth & said).sum(),
+    said, truth, on = logits > 0, truth.bool(), centre[:, None, None]
+    return loss, {
+        "relation_hit": ((said == truth).all(2).all(1) & centre).sum(),
+        "relation_true": (truth & on).sum(),
+        "relation_said": (said & on).sum(),
+        "relation_both": (truth & said & on).sum(),
     }
 
 

@@ -874,21 +874,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="continue from this saved model folder (a new optimizer and schedule)",
     )
+    p.add_argument(
+        "--rope-theta",
+        type=float,
+        default=None,
+        help="the language model's rope base, in place of the --init folder's (or "
+        "modelcfg's); mrope gives the width axis the slowest rotations, so a smaller base "
+        "is what lets the language model tell left from right",
+    )
     return p.parse_args(argv)
 
 
-def build_model(device: torch.device, init: Path | None = None, fresh_lm: bool = False) -> Any:
+def build_model(
+    device: torch.device,
+    init: Path | None = None,
+    fresh_lm: bool = False,
+    rope_theta: float | None = None,
+) -> Any:
     """A fresh model, or (``init``) one continuing from a saved checkpoint, in fp32; with
-    ``fresh_lm`` only its vision tower continues."""
-    from transformers import Qwen2_5_VLForConditionalGeneration
+    ``fresh_lm`` only its vision tower continues; ``rope_theta`` replaces the language
+    model's rope base (the weights are kept; the rotations change)."""
+    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
 
+    config = modelcfg.build_config() if init is None else AutoConfig.from_pretrained(str(init))
+    if rope_theta is not None:
+        config.text_config.rope_parameters["rope_theta"] = rope_theta
+    config._attn_implementation = "sdpa"
     if init is not None:
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-            str(init), dtype=torch.float32, attn_implementation="sdpa"
+            str(init), config=config, dtype=torch.float32
         ).to(device)
     else:
-        config = modelcfg.build_config()
-        config._attn_implementation = "sdpa"
         model = Qwen2_5_VLForConditionalGeneration(config).to(device)
     if init is not None and fresh_lm:
         reset_language_model(model)
@@ -1004,7 +1020,7 @@ def run(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
-    model = build_model(device, args.init, args.fresh_lm)
+    model = build_model(device, args.init, args.fresh_lm, args.rope_theta)
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))

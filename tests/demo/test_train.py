@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -340,3 +341,20 @@ def test_seed_and_span_arguments_are_checked() -> None:
     for bad in ("0.5", "0.5,0.5", "0.6,0.4", "0,1.5", "a,b"):
         with pytest.raises(argparse.ArgumentTypeError):
             train.parse_span(bad)
+
+
+def test_rope_theta_changes_the_rotations_and_keeps_the_weights(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = train.build_model(torch.device("cpu"), None)
+    model.save_pretrained(str(tmp_path))
+    moved = train.build_model(torch.device("cpu"), tmp_path, rope_theta=20.0)
+    rotary = moved.model.language_model.rotary_emb
+    head = moved.config.text_config.hidden_size // moved.config.text_config.num_attention_heads
+    assert rotary.inv_freq == pytest.approx(20.0 ** (-torch.arange(0, head, 2) / head))
+    assert moved.config.text_config.rope_parameters["rope_theta"] == 20.0
+    for key, value in model.state_dict().items():
+        assert torch.equal(moved.state_dict()[key], value), key
+    # the vision tower's own rope is not the language model's: it stays
+    assert moved.config.vision_config.rope_parameters == model.config.vision_config.rope_parameters
+    kept = train.build_model(torch.device("cpu"), tmp_path)
+    assert kept.config.text_config.rope_parameters["rope_theta"] == modelcfg.TEXT["rope_theta"]

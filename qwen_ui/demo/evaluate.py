@@ -45,6 +45,28 @@ def yes_no_key(item: scenes.Sample) -> str | None:
     return f"{item.kind}: {polarity}" if polarity else None
 
 
+# the axis of a spatial question, from its relation's words in either language
+_AXIS = {
+    "left": "left/right",
+    "right": "left/right",
+    "above": "above/below",
+    "below": "above/below",
+}
+AXES = {
+    words: _AXIS[rel] for table in (scenes.REL_EN, scenes.REL_ZH) for rel, words in table.items()
+}
+
+
+def spatial_key(item: scenes.Sample) -> str | None:
+    """``"<form>, <axis>"`` of a spatial question: its form ("which": "What shape is left
+    of the blue square?", or "yes/no") and its axis, or None for other types."""
+    if item.kind != "spatial":
+        return None
+    form = "yes/no" if item.answer in POLARITY else "which"
+    axis = next(a for words, a in AXES.items() if words in item.question)
+    return f"{form}, {axis}"
+
+
 @dataclass
 class Tally:
     correct: int = 0
@@ -70,6 +92,7 @@ class Report:
     by_kind: dict[str, Tally] = field(default_factory=dict)
     by_lang: dict[str, Tally] = field(default_factory=dict)
     by_yes_no: dict[str, Tally] = field(default_factory=dict)
+    by_spatial: dict[str, Tally] = field(default_factory=dict)
     mistakes: list[dict[str, str]] = field(default_factory=list)
 
     def record(self, item: scenes.Sample, answer: str) -> None:
@@ -79,6 +102,8 @@ class Report:
         self.by_lang.setdefault(item.lang, Tally()).add(ok)
         if (key := yes_no_key(item)) is not None:
             self.by_yes_no.setdefault(key, Tally()).add(ok)
+        if (key := spatial_key(item)) is not None:
+            self.by_spatial.setdefault(key, Tally()).add(ok)
         if not ok and len(self.mistakes) < 20:
             self.mistakes.append(
                 {
@@ -101,6 +126,7 @@ class Report:
             "by_kind": {k: row(self.by_kind[k]) for k in scenes.KINDS if k in self.by_kind},
             "by_lang": {k: row(v) for k, v in sorted(self.by_lang.items())},
             "by_yes_no": {k: row(v) for k, v in sorted(self.by_yes_no.items())},
+            "by_spatial": {k: row(v) for k, v in sorted(self.by_spatial.items())},
             "mistakes": self.mistakes,
         }
 

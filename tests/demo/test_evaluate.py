@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qwen_ui.demo import scenes
-from qwen_ui.demo.evaluate import Item, evaluate, normalize
+from qwen_ui.demo.evaluate import POLARITY, Item, evaluate, normalize, spatial_key
 
 
 def oracle(items: Sequence[Item]) -> list[str]:
@@ -54,3 +54,22 @@ def test_yes_no_questions_are_split_by_the_right_answer() -> None:
     assert (
         result["spatial: yes"]["total"] + spatial_no + open_form == report.by_kind["spatial"].total
     )
+
+
+def test_spatial_questions_are_split_by_form_and_axis() -> None:
+    """Right only on the "which" form: the yes/no keys are all wrong, the which keys right."""
+    samples = scenes.held_out(160, seed=3)
+    truth = {(s.question, tuple(i.size for i in s.images())): s.answer for s in samples}
+
+    def which_only(items: Sequence[Item]) -> list[str]:
+        answers = [truth[(q, tuple(i.size for i in imgs))] for imgs, q in items]
+        return [a if a not in POLARITY else "?" for a in answers]
+
+    result = evaluate(which_only, n=160, seed=3).to_dict()["by_spatial"]
+    assert set(result) == {
+        f"{form}, {axis}" for form in ("which", "yes/no") for axis in ("left/right", "above/below")
+    }
+    for key, row in result.items():
+        assert row["accuracy"] == (1.0 if key.startswith("which") else 0.0), key
+    assert sum(row["total"] for row in result.values()) == sum(s.kind == "spatial" for s in samples)
+    assert spatial_key(scenes.sample(scenes.HELD_OUT_BASE, "count")) is None

@@ -34,7 +34,13 @@ def test_shipped_config_is_this_architecture() -> None:
     shipped = json.loads((weights_dir("bf16") / "config.json").read_text())
     built = modelcfg.build_config().to_dict()
     assert shipped["model_type"] == "qwen2_5_vl"
-    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size"):
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "vocab_size",
+        "rope_parameters",
+    ):
         assert shipped["text_config"][key] == built["text_config"][key]
     for key in ("depth", "hidden_size", "window_size", "fullatt_block_indexes"):
         assert shipped["vision_config"][key] == built["vision_config"][key]

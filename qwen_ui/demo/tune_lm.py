@@ -47,6 +47,7 @@ class Row:
     feats: torch.Tensor
     kind: str
     lang: str
+    yes_no: str = ""  # "spatial: yes" etc. for a yes/no type (evaluate.yes_no_key)
 
 
 # --- features -----------------------------------------------------------------------
@@ -70,34 +71,49 @@ def encode(encoder: train.Encoder, model: Any, sample: scenes.Sample) -> Row:
         feats.bfloat16(),
         sample.kind,
         sample.lang,
+        enc["yes_no"],
     )
 
 
-def training_sample(index: int) -> scenes.Sample:
+def training_sample(index: int, kinds: tuple[str, ...] = scenes.KINDS) -> scenes.Sample:
     seed = SEED_BASE + index
-    return scenes.sample(seed, kind=random.Random(seed).choice(scenes.KINDS))  # noqa: S311
+    return scenes.sample(seed, kind=random.Random(seed).choice(kinds))  # noqa: S311
 
 
-def _encode_share(job: tuple[Path, list[scenes.Sample] | None, range, Path]) -> Path:
+def held_out_samples(n: int, kinds: tuple[str, ...] = scenes.KINDS) -> list[scenes.Sample]:
+    """The first ``n`` samples of the held-out set 7 of the given types."""
+    pool = scenes.held_out(n * len(scenes.KINDS) // len(kinds) + len(scenes.KINDS), HELD_OUT_SET)
+    return [s for s in pool if s.kind in kinds][:n]
+
+
+Job = tuple[Path, list[scenes.Sample] | None, range, Path, tuple[str, ...]]
+
+
+def _encode_share(job: Job) -> Path:
     """A worker's share (held-out samples when given, else training samples by index),
     saved to a file: returning thousands of tensors through the pool would pass one file
     descriptor per tensor."""
-    path, given, indexes, out = job
+    path, given, indexes, out, kinds = job
     torch.set_num_threads(1)
     encoder, model = train.Encoder(path), load_model(path).eval()
-    items = [given[i] if given is not None else training_sample(i) for i in indexes]
+    items = [given[i] if given is not None else training_sample(i, kinds) for i in indexes]
     torch.save([encode(encoder, model, s) for s in items], out)
     return out
 
 
 def features(
-    path: Path, n: int, workers: int, given: list[scenes.Sample] | None = None
+    path: Path,
+    n: int,
+    workers: int,
+    given: list[scenes.Sample] | None = None,
+    kinds: tuple[str, ...] = scenes.KINDS,
 ) -> list[Row]:
-    """Rows for ``given`` samples, or for the first ``n`` training samples."""
+    """Rows for ``given`` samples, or for the first ``n`` training samples of ``kinds``."""
     count = len(given) if given is not None else n
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = [
-            (path, given, range(w, count, workers), Path(tmp, f"{w}.pt")) for w in range(workers)
+        jobs: list[Job] = [
+            (path, given, range(w, count, workers), Path(tmp, f"{w}.pt"), kinds)
+            for w in range(workers)
         ]
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             files = pool.map(_encode_share, jobs)
@@ -146,7 +162,7 @@ def evaluate(model: Any, rows: list[Row], batch_size: int = 64) -> dict[str, flo
             batch = collate(chunk)
             right = train.exact(logits_of(model, batch), batch["labels"]).tolist()
             for ok, row in zip(right, chunk, strict=True):
-                for key in ("all", row.kind, row.lang):
+                for key in ("all", row.kind, row.lang, *filter(None, [row.yes_no])):
                     hits[key][0] += int(ok)
                     hits[key][1] += 1
     model.train()
@@ -239,14 +255,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="feature-encoding processes")
     p.add_argument("--threads", type=int, default=2, help="torch threads for training")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--kinds",
+        default=",".join(scenes.KINDS),
+        help="question types to train and score on, comma-separated",
+    )
     return p.parse_args(argv)
 
 
 def run(args: argparse.Namespace) -> None:
     train.seed_everything(args.seed)
     t0 = time.time()
-    held = features(args.init, 0, args.workers, scenes.held_out(args.held_n, HELD_OUT_SET))
-    rows = features(args.init, args.samples, args.workers)
+    kinds = tuple(args.kinds.split(","))
+    held = features(args.init, 0, args.workers, held_out_samples(args.held_n, kinds))
+    rows = features(args.init, args.samples, args.workers, kinds=kinds)
     log.info("encoded %d + %d samples in %.0f s", len(rows), len(held), time.time() - t0)
     torch.set_num_threads(args.threads)
     model = load_model(args.init).train()

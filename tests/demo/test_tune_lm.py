@@ -72,3 +72,22 @@ def test_saved_revision_is_complete_and_loads(
     with torch.no_grad():
         a, b = tune_lm.logits_of(model.eval(), batch), tune_lm.logits_of(again, batch)
     assert torch.allclose(a, b, atol=0.05 * a.abs().max().item())  # bf16 rounding only
+
+
+def test_kinds_restrict_training_and_held_out_samples() -> None:
+    only = ("spatial", "exists")
+    assert {tune_lm.training_sample(i, only).kind for i in range(40)} == set(only)
+    held = tune_lm.held_out_samples(30, only)
+    assert len(held) == 30 and {s.kind for s in held} == set(only)
+    # with every type, the held-out set is set 7 as before
+    assert tune_lm.held_out_samples(16) == scenes.held_out(16, tune_lm.HELD_OUT_SET)
+
+
+def test_rows_carry_the_yes_no_key(init: Path) -> None:
+    encoder, model = train.Encoder(init), tune_lm.load_model(init).eval()
+    samples = tune_lm.held_out_samples(48, ("spatial", "exists"))
+    keys = {tune_lm.encode(encoder, model, s).yes_no for s in samples}
+    assert {"spatial: yes", "spatial: no", "exists: yes", "exists: no"} <= keys
+    assert keys <= {"", "spatial: yes", "spatial: no", "exists: yes", "exists: no"}
+    scored = tune_lm.evaluate(model, [tune_lm.encode(encoder, model, s) for s in samples])
+    assert {"spatial: yes", "exists: no"} <= set(scored)

@@ -342,6 +342,17 @@ class SceneBatches(IterableDataset[Batch]):
                 yield collate(rows[i : i + self.batch_size])
 
 
+HELD_OUT_SET = 7  # the held-out set scored during training (``qwen-ui demo eval``: set 0)
+
+
+def held_out_samples(n: int, kinds: tuple[str, ...] = scenes.KINDS) -> list[scenes.Sample]:
+    """The first ``n`` samples of the given types in the held-out set 7."""
+    pool = scenes.held_out(
+        n * len(scenes.KINDS) // len(kinds) + 2 * len(scenes.KINDS), HELD_OUT_SET
+    )
+    return [s for s in pool if s.kind in kinds][:n]
+
+
 def held_out_batches(
     processor_dir: Path,
     n: int,
@@ -350,8 +361,7 @@ def held_out_batches(
     max_pixels: int | None = None,
 ) -> list[Batch]:
     encode = Encoder(processor_dir, max_pixels)
-    pool = scenes.held_out(n * len(scenes.KINDS) // len(kinds) + 2 * len(scenes.KINDS), seed=7)
-    items = [s for s in pool if s.kind in kinds][:n]
+    items = held_out_samples(n, kinds)
     return [
         collate([encode(s) for s in items[i : i + batch_size]]) for i in range(0, n, batch_size)
     ]
@@ -701,7 +711,7 @@ def evaluate(
             # the right answer: a model answering from the prior scores 0 on one of them
             keys = zip(batch["kind"], batch["lang"], batch["yes_no"], strict=True)
             for good, row_keys in zip(ok, keys, strict=True):
-                for key in ("all", *filter(None, row_keys)):
+                for key in filter(None, ("all", *row_keys)):
                     hits[key][0] += int(good)
                     hits[key][1] += 1
     model.train()

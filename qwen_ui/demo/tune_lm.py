@@ -34,7 +34,7 @@ from qwen_ui.demo import modelcfg, scenes, train
 log = logging.getLogger(__name__)
 
 SEED_BASE = 7 * 10**10  # train.py draws seed * 10**10 + i for --seed 1..6; held-out is >= 10**12
-HELD_OUT_SET = 7  # the set train.py scores during training
+HELD_OUT_SET = train.HELD_OUT_SET
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,6 @@ def encode(encoder: train.Encoder, model: Any, sample: scenes.Sample) -> Row:
 def training_sample(index: int, kinds: tuple[str, ...] = scenes.KINDS) -> scenes.Sample:
     seed = SEED_BASE + index
     return scenes.sample(seed, kind=random.Random(seed).choice(kinds))  # noqa: S311
-
-
-def held_out_samples(n: int, kinds: tuple[str, ...] = scenes.KINDS) -> list[scenes.Sample]:
-    """The first ``n`` samples of the held-out set 7 of the given types."""
-    pool = scenes.held_out(n * len(scenes.KINDS) // len(kinds) + len(scenes.KINDS), HELD_OUT_SET)
-    return [s for s in pool if s.kind in kinds][:n]
 
 
 Job = tuple[Path, list[scenes.Sample] | None, range, Path, tuple[str, ...]]
@@ -162,7 +156,7 @@ def evaluate(model: Any, rows: list[Row], batch_size: int = 64) -> dict[str, flo
             batch = collate(chunk)
             right = train.exact(logits_of(model, batch), batch["labels"]).tolist()
             for ok, row in zip(right, chunk, strict=True):
-                for key in ("all", row.kind, row.lang, *filter(None, [row.yes_no])):
+                for key in filter(None, ("all", row.kind, row.lang, row.yes_no)):
                     hits[key][0] += int(ok)
                     hits[key][1] += 1
     model.train()
@@ -267,7 +261,7 @@ def run(args: argparse.Namespace) -> None:
     train.seed_everything(args.seed)
     t0 = time.time()
     kinds = tuple(args.kinds.split(","))
-    held = features(args.init, 0, args.workers, held_out_samples(args.held_n, kinds))
+    held = features(args.init, 0, args.workers, train.held_out_samples(args.held_n, kinds))
     rows = features(args.init, args.samples, args.workers, kinds=kinds)
     log.info("encoded %d + %d samples in %.0f s", len(rows), len(held), time.time() - t0)
     torch.set_num_threads(args.threads)

@@ -77,15 +77,15 @@ def test_saved_revision_is_complete_and_loads(
 def test_kinds_restrict_training_and_held_out_samples() -> None:
     only = ("spatial", "exists")
     assert {tune_lm.training_sample(i, only).kind for i in range(40)} == set(only)
-    held = tune_lm.held_out_samples(30, only)
+    held = train.held_out_samples(30, only)
     assert len(held) == 30 and {s.kind for s in held} == set(only)
     # with every type, the held-out set is set 7 as before
-    assert tune_lm.held_out_samples(16) == scenes.held_out(16, tune_lm.HELD_OUT_SET)
+    assert train.held_out_samples(16) == scenes.held_out(16, tune_lm.HELD_OUT_SET)
 
 
 def test_rows_carry_the_yes_no_key(init: Path) -> None:
     encoder, model = train.Encoder(init), tune_lm.load_model(init).eval()
-    samples = tune_lm.held_out_samples(48, ("spatial", "exists"))
+    samples = train.held_out_samples(48, ("spatial", "exists"))
     keys = {tune_lm.encode(encoder, model, s).yes_no for s in samples}
     assert {"spatial: yes", "spatial: no", "exists: yes", "exists: no"} <= keys
     assert keys <= {"", "spatial: yes", "spatial: no", "exists: yes", "exists: no"}

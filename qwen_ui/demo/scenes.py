@@ -376,8 +376,10 @@ def _spatial_yesno(rng: random.Random, lang: Lang, rel: str) -> Made | None:
     return f"{_name(a, lang)}在{_name(b, lang)}的{REL_ZH[rel]}吗？", answer, (scene,)
 
 
-def q_spatial(rng: random.Random, lang: Lang) -> Made:
-    form = _spatial_which if rng.random() < 0.5 else _spatial_yesno
+def q_spatial(rng: random.Random, lang: Lang, yes_no_share: float = 0.5) -> Made:
+    """A spatial question: the yes/no form with probability ``yes_no_share``, else the
+    "which" form."""
+    form = _spatial_which if rng.random() < 1.0 - yes_no_share else _spatial_yesno
     rel = rng.choice(RELATIONS)
     while True:
         made = form(rng, lang, rel)
@@ -438,14 +440,21 @@ MAKERS: dict[str, Callable[[random.Random, Lang], Made]] = {
 }
 
 
-def sample(seed: int, kind: str | None = None, lang: Lang | None = None) -> Sample:
-    """The sample of ``seed``; ``kind``/``lang`` force a question type or language."""
+def sample(
+    seed: int, kind: str | None = None, lang: Lang | None = None, yes_no_share: float = 0.5
+) -> Sample:
+    """The sample of ``seed``; ``kind``/``lang`` force a question type or language;
+    ``yes_no_share`` is the share of spatial questions in the yes/no form (training only:
+    the grammar's, and every held-out set's, is one half)."""
     rng = random.Random(seed)  # noqa: S311 (reproducible scenes, not secrets)
     chosen_kind = rng.choice(KINDS)
     chosen_lang = rng.choice(LANGS)
     kind = kind or chosen_kind
     lang = lang or chosen_lang
-    question, answer, scenes = MAKERS[kind](rng, lang)
+    if kind == "spatial":
+        question, answer, scenes = q_spatial(rng, lang, yes_no_share)
+    else:
+        question, answer, scenes = MAKERS[kind](rng, lang)
     return Sample(seed, kind, lang, question, answer, scenes)
 
 

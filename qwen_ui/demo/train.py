@@ -308,8 +308,10 @@ class SceneBatches(IterableDataset[Batch]):
         max_pixels: int | None = None,
         follow_up_share: float = 0.0,
         kind_weights: dict[str, float] | None = None,
+        yes_no_share: float = 0.5,
     ) -> None:
         self.processor_dir = processor_dir
+        self.yes_no_share = yes_no_share
         self.weights = [(kind_weights or {}).get(k, 1.0) for k in kinds]
         self.batch_size = batch_size
         self.seed = seed
@@ -319,7 +321,8 @@ class SceneBatches(IterableDataset[Batch]):
 
     def item(self, seed: int) -> scenes.Sample:
         rng = random.Random(seed)  # noqa: S311
-        item = scenes.sample(seed, kind=rng.choices(self.kinds, self.weights)[0])
+        kind = rng.choices(self.kinds, self.weights)[0]
+        item = scenes.sample(seed, kind=kind, yes_no_share=self.yes_no_share)
         return scenes.with_follow_up(item) if rng.random() < self.follow_up_share else item
 
     def __iter__(self) -> Iterator[Batch]:
@@ -787,6 +790,14 @@ def parse_kind_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def parse_share(text: str) -> float:
+    """A share between 0 and 1."""
+    share = float(text)
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"share {share} is not in 0..1")
+    return share
+
+
 def parse_seed(text: str) -> int:
     """A run's seed: its samples' seeds, from ``seed`` x 10^10, stay below the held-out
     ones (``scenes.HELD_OUT_BASE``)."""
@@ -871,6 +882,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=parse_kind_weights,
         default={},
         help="sampling weights of question types, e.g. count=3,exists=2 (others 1)",
+    )
+    p.add_argument(
+        "--yes-no-share",
+        type=parse_share,
+        default=0.5,
+        help="share of spatial training questions in the yes/no form (the grammar's: 0.5)",
     )
     p.add_argument(
         "--follow-up-share",
@@ -978,6 +995,7 @@ def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[B
         args.max_pixels,
         args.follow_up_share,
         args.kind_weights,
+        args.yes_no_share,
     )
     return DataLoader(
         dataset,

@@ -240,6 +240,22 @@ def test_kind_weights_parse_and_steer_the_sampled_types() -> None:
     assert kinds["count"] == 0 and kinds["total"] > 100
 
 
+def test_yes_no_share_steers_the_spatial_form() -> None:
+    assert train.parse_args(["--out", "/tmp/x"]).yes_no_share == 0.5
+    for bad in ("-0.1", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            train.parse_share(bad)
+
+    answers = {*scenes.TRUE.values(), *scenes.FALSE.values()}
+
+    def yes_no(share: float) -> int:
+        batches = train.SceneBatches(train.WEIGHTS, 8, 1, ("spatial",), yes_no_share=share)
+        return sum(batches.item(seed).answer in answers for seed in range(300))
+
+    assert yes_no(1.0) == 300 and yes_no(0.0) == 0
+    assert 100 < yes_no(0.5) < 200 < yes_no(0.9) < 300
+
+
 def test_fresh_lm_keeps_the_vision_tower_and_reinitialises_the_language_model() -> None:
     torch.manual_seed(0)
     model = train.build_model(torch.device("cpu"), None)

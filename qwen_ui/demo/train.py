@@ -312,7 +312,9 @@ class SceneBatches(IterableDataset[Batch]):
     ) -> None:
         self.processor_dir = processor_dir
         self.yes_no_share = yes_no_share
-        self.weights = [(kind_weights or {}).get(k, 1.0) for k in kinds]
+        weights = kind_weights or {}
+        self.pairs = [(k, lang) for k in kinds for lang in scenes.LANGS]
+        self.weights = [weights.get(f"{k}:{lang}", weights.get(k, 1.0)) for k, lang in self.pairs]
         self.batch_size = batch_size
         self.seed = seed
         self.kinds = kinds
@@ -321,8 +323,8 @@ class SceneBatches(IterableDataset[Batch]):
 
     def item(self, seed: int) -> scenes.Sample:
         rng = random.Random(seed)  # noqa: S311
-        kind = rng.choices(self.kinds, self.weights)[0]
-        item = scenes.sample(seed, kind=kind, yes_no_share=self.yes_no_share)
+        kind, lang = rng.choices(self.pairs, self.weights)[0]
+        item = scenes.sample(seed, kind, lang, yes_no_share=self.yes_no_share)
         return scenes.with_follow_up(item) if rng.random() < self.follow_up_share else item
 
     def __iter__(self) -> Iterator[Batch]:
@@ -780,13 +782,17 @@ def save(model: Any, out: Path, step: int) -> None:
 
 
 def parse_kind_weights(text: str) -> dict[str, float]:
-    """``count=3,exists=2`` as {kind: weight}; unknown kinds and negative weights are errors."""
+    """``count=3,exists=2,spatial:en=4`` as {key: weight}: a kind's weight, or one of its
+    languages' (``kind:lang``, overriding the kind's for that language); unknown kinds or
+    languages and negative weights are errors."""
     weights = {}
     for part in filter(None, text.split(",")):
-        kind, _, value = part.partition("=")
-        if kind not in scenes.KINDS or float(value) < 0:
+        key, _, value = part.partition("=")
+        kind, _, lang = key.partition(":")
+        known = kind in scenes.KINDS and (not lang or lang in scenes.LANGS)
+        if not known or float(value) < 0:
             raise argparse.ArgumentTypeError(f"bad kind weight {part!r}")
-        weights[kind] = float(value)
+        weights[key] = float(value)
     return weights
 
 
@@ -881,7 +887,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kind-weights",
         type=parse_kind_weights,
         default={},
-        help="sampling weights of question types, e.g. count=3,exists=2 (others 1)",
+        help="sampling weights of question types, e.g. count=3,exists=2,spatial:en=4 (a "
+        "kind:lang key weighs one language of a type; others 1)",
     )
     p.add_argument(
         "--yes-no-share",

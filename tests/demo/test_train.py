@@ -232,12 +232,18 @@ def test_the_relation_loss_counts_only_when_weighted() -> None:
 
 def test_kind_weights_parse_and_steer_the_sampled_types() -> None:
     assert train.parse_kind_weights("count=3,exists=0.5") == {"count": 3.0, "exists": 0.5}
-    for bad in ("counts=2", "count=-1"):
+    assert train.parse_kind_weights("spatial=2,spatial:en=6") == {"spatial": 2.0, "spatial:en": 6.0}
+    for bad in ("counts=2", "count=-1", "count:fr=2", "counts:en=2"):
         with pytest.raises(argparse.ArgumentTypeError):
             train.parse_kind_weights(bad)
     batches = train.SceneBatches(train.WEIGHTS, 8, 1, kind_weights={"count": 0.0, "total": 20.0})
     kinds = Counter(batches.item(seed).kind for seed in range(200))
     assert kinds["count"] == 0 and kinds["total"] > 100
+    by_lang = {"total": 1.0, "total:zh": 0.0, "count": 1.0}
+    batches = train.SceneBatches(train.WEIGHTS, 8, 1, ("count", "total"), kind_weights=by_lang)
+    pairs = Counter((item.kind, item.lang) for item in map(batches.item, range(300)))
+    assert pairs[("total", "zh")] == 0 and pairs[("total", "en")] > 50
+    assert pairs[("count", "zh")] > 50 and pairs[("count", "en")] > 50
 
 
 def test_yes_no_share_steers_the_spatial_form() -> None:

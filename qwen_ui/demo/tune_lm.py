@@ -75,22 +75,44 @@ def encode(encoder: train.Encoder, model: Any, sample: scenes.Sample) -> Row:
     )
 
 
-def training_sample(index: int, kinds: tuple[str, ...] = scenes.KINDS) -> scenes.Sample:
+@dataclass(frozen=True)
+class Draw:
+    """Which samples to draw: question types, languages, the spatial yes/no share."""
+
+    kinds: tuple[str, ...] = scenes.KINDS
+    langs: tuple[scenes.Lang, ...] = scenes.LANGS
+    yes_no_share: float = 0.5
+
+    def keeps(self, sample: scenes.Sample) -> bool:
+        return sample.kind in self.kinds and sample.lang in self.langs
+
+
+def training_sample(index: int, draw: Draw = Draw()) -> scenes.Sample:
     seed = SEED_BASE + index
-    return scenes.sample(seed, kind=random.Random(seed).choice(kinds))  # noqa: S311
+    rng = random.Random(seed)  # noqa: S311
+    kind, lang = rng.choice(draw.kinds), rng.choice(draw.langs)
+    return scenes.sample(seed, kind, lang, yes_no_share=draw.yes_no_share)
 
 
-Job = tuple[Path, list[scenes.Sample] | None, range, Path, tuple[str, ...]]
+def held_out(n: int, draw: Draw) -> list[scenes.Sample]:
+    """The first ``n`` held-out samples (set 7) that ``draw`` keeps."""
+    if draw.langs == scenes.LANGS:
+        return train.held_out_samples(n, draw.kinds)
+    pool = train.held_out_samples(n * len(scenes.LANGS), draw.kinds)
+    return [s for s in pool if draw.keeps(s)][:n]
+
+
+Job = tuple[Path, list[scenes.Sample] | None, range, Path, Draw]
 
 
 def _encode_share(job: Job) -> Path:
     """A worker's share (held-out samples when given, else training samples by index),
     saved to a file: returning thousands of tensors through the pool would pass one file
     descriptor per tensor."""
-    path, given, indexes, out, kinds = job
+    path, given, indexes, out, draw = job
     torch.set_num_threads(1)
     encoder, model = train.Encoder(path), load_model(path).eval()
-    items = [given[i] if given is not None else training_sample(i, kinds) for i in indexes]
+    items = [given[i] if given is not None else training_sample(i, draw) for i in indexes]
     torch.save([encode(encoder, model, s) for s in items], out)
     return out
 
@@ -100,13 +122,13 @@ def features(
     n: int,
     workers: int,
     given: list[scenes.Sample] | None = None,
-    kinds: tuple[str, ...] = scenes.KINDS,
+    draw: Draw = Draw(),
 ) -> list[Row]:
-    """Rows for ``given`` samples, or for the first ``n`` training samples of ``kinds``."""
+    """Rows for ``given`` samples, or for the first ``n`` training samples ``draw`` gives."""
     count = len(given) if given is not None else n
     with tempfile.TemporaryDirectory() as tmp:
         jobs: list[Job] = [
-            (path, given, range(w, count, workers), Path(tmp, f"{w}.pt"), kinds)
+            (path, given, range(w, count, workers), Path(tmp, f"{w}.pt"), draw)
             for w in range(workers)
         ]
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
@@ -254,15 +276,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=",".join(scenes.KINDS),
         help="question types to train and score on, comma-separated",
     )
+    p.add_argument("--langs", default="en,zh", help="languages to train and score on")
+    p.add_argument(
+        "--yes-no-share",
+        type=train.parse_share,
+        default=0.5,
+        help="share of spatial training questions in the yes/no form",
+    )
     return p.parse_args(argv)
+
+
+def draw_of(args: argparse.Namespace) -> Draw:
+    langs = tuple(lang for lang in scenes.LANGS if lang in args.langs.split(","))
+    return Draw(tuple(args.kinds.split(",")), langs, args.yes_no_share)
 
 
 def run(args: argparse.Namespace) -> None:
     train.seed_everything(args.seed)
     t0 = time.time()
-    kinds = tuple(args.kinds.split(","))
-    held = features(args.init, 0, args.workers, train.held_out_samples(args.held_n, kinds))
-    rows = features(args.init, args.samples, args.workers, kinds=kinds)
+    draw = draw_of(args)
+    held = features(args.init, 0, args.workers, held_out(args.held_n, draw))
+    rows = features(args.init, args.samples, args.workers, draw=draw)
     log.info("encoded %d + %d samples in %.0f s", len(rows), len(held), time.time() - t0)
     torch.set_num_threads(args.threads)
     model = load_model(args.init).train()

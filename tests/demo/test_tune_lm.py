@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,21 @@ def test_saved_revision_is_complete_and_loads(
 
 def test_kinds_restrict_training_and_held_out_samples() -> None:
     only = ("spatial", "exists")
-    assert {tune_lm.training_sample(i, only).kind for i in range(40)} == set(only)
+    assert {tune_lm.training_sample(i, tune_lm.Draw(only)).kind for i in range(40)} == set(only)
     held = train.held_out_samples(30, only)
     assert len(held) == 30 and {s.kind for s in held} == set(only)
+
+
+def test_langs_and_yes_no_share_steer_the_drawn_samples() -> None:
+    args = tune_lm.parse_args(["--init", "x", "--out", "y", "--kinds", "spatial", "--langs", "en"])
+    draw = tune_lm.draw_of(args)
+    assert draw == tune_lm.Draw(("spatial",), ("en",), 0.5)
+    drawn = [tune_lm.training_sample(i, replace(draw, yes_no_share=1.0)) for i in range(30)]
+    assert {(s.kind, s.lang) for s in drawn} == {("spatial", "en")}
+    assert all(s.question.startswith("Is the ") for s in drawn)
+    held = tune_lm.held_out(20, draw)
+    assert len(held) == 20 and {(s.kind, s.lang) for s in held} == {("spatial", "en")}
+    assert held == [s for s in train.held_out_samples(40, ("spatial",)) if s.lang == "en"][:20]
     # with every type, the held-out set is set 7 as before
     assert train.held_out_samples(16) == scenes.held_out(16, tune_lm.HELD_OUT_SET)
 

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +77,18 @@ def encode(encoder: train.Encoder, model: Any, sample: scenes.Sample) -> Row:
 
 @dataclass(frozen=True)
 class Draw:
-    """Which samples to draw: question types, languages, the spatial yes/no share."""
+    """Which samples to draw: question types, languages, the spatial yes/no share, and
+    sampling weights (``train.parse_kind_weights``: by kind or ``kind:lang``)."""
 
     kinds: tuple[str, ...] = scenes.KINDS
     langs: tuple[scenes.Lang, ...] = scenes.LANGS
     yes_no_share: float = 0.5
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def pairs(self) -> tuple[list[tuple[str, scenes.Lang]], list[float]]:
+        pairs = [(k, lang) for k in self.kinds for lang in self.langs]
+        w = self.weights
+        return pairs, [w.get(f"{k}:{lang}", w.get(k, 1.0)) for k, lang in pairs]
 
     def keeps(self, sample: scenes.Sample) -> bool:
         return sample.kind in self.kinds and sample.lang in self.langs
@@ -90,7 +97,7 @@ class Draw:
 def training_sample(index: int, draw: Draw = Draw()) -> scenes.Sample:
     seed = SEED_BASE + index
     rng = random.Random(seed)  # noqa: S311
-    kind, lang = rng.choice(draw.kinds), rng.choice(draw.langs)
+    kind, lang = rng.choices(*draw.pairs())[0]
     return scenes.sample(seed, kind, lang, yes_no_share=draw.yes_no_share)
 
 
@@ -178,7 +185,8 @@ def evaluate(model: Any, rows: list[Row], batch_size: int = 64) -> dict[str, flo
             batch = collate(chunk)
             right = train.exact(logits_of(model, batch), batch["labels"]).tolist()
             for ok, row in zip(right, chunk, strict=True):
-                for key in filter(None, ("all", row.kind, row.lang, row.yes_no)):
+                by_lang = row.yes_no and f"{row.yes_no}, {row.lang}"
+                for key in filter(None, ("all", row.kind, row.lang, row.yes_no, by_lang)):
                     hits[key][0] += int(ok)
                     hits[key][1] += 1
     model.train()
@@ -283,12 +291,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.5,
         help="share of spatial training questions in the yes/no form",
     )
+    p.add_argument(
+        "--kind-weights",
+        type=train.parse_kind_weights,
+        default={},
+        help="sampling weights, as train.py's (count=2,spatial:en=4; others 1)",
+    )
     return p.parse_args(argv)
 
 
 def draw_of(args: argparse.Namespace) -> Draw:
     langs = tuple(lang for lang in scenes.LANGS if lang in args.langs.split(","))
-    return Draw(tuple(args.kinds.split(",")), langs, args.yes_no_share)
+    return Draw(tuple(args.kinds.split(",")), langs, args.yes_no_share, args.kind_weights)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -92,6 +92,10 @@ def test_langs_and_yes_no_share_steer_the_drawn_samples() -> None:
     held = tune_lm.held_out(20, draw)
     assert len(held) == 20 and {(s.kind, s.lang) for s in held} == {("spatial", "en")}
     assert held == [s for s in train.held_out_samples(40, ("spatial",)) if s.lang == "en"][:20]
+    weighed = tune_lm.Draw(("count", "total"), weights={"count": 0.0, "total:zh": 0.0})
+    assert {(s.kind, s.lang) for s in map(tune_lm.training_sample, range(40), [weighed] * 40)} == {
+        ("total", "en")
+    }
     # with every type, the held-out set is set 7 as before
     assert train.held_out_samples(16) == scenes.held_out(16, tune_lm.HELD_OUT_SET)
 
@@ -103,4 +107,4 @@ def test_rows_carry_the_yes_no_key(init: Path) -> None:
     assert {"spatial: yes", "spatial: no", "exists: yes", "exists: no"} <= keys
     assert keys <= {"", "spatial: yes", "spatial: no", "exists: yes", "exists: no"}
     scored = tune_lm.evaluate(model, [tune_lm.encode(encoder, model, s) for s in samples])
-    assert {"spatial: yes", "exists: no"} <= set(scored)
+    assert {"spatial: yes", "exists: no", "spatial: yes, en", "exists: no, zh"} <= set(scored)

@@ -92,6 +92,7 @@ class Report:
     by_kind: dict[str, Tally] = field(default_factory=dict)
     by_lang: dict[str, Tally] = field(default_factory=dict)
     by_yes_no: dict[str, Tally] = field(default_factory=dict)
+    by_yes_no_lang: dict[str, Tally] = field(default_factory=dict)
     by_spatial: dict[str, Tally] = field(default_factory=dict)
     mistakes: list[dict[str, str]] = field(default_factory=list)
 
@@ -102,6 +103,7 @@ class Report:
         self.by_lang.setdefault(item.lang, Tally()).add(ok)
         if (key := yes_no_key(item)) is not None:
             self.by_yes_no.setdefault(key, Tally()).add(ok)
+            self.by_yes_no_lang.setdefault(f"{key}, {item.lang}", Tally()).add(ok)
         if (key := spatial_key(item)) is not None:
             self.by_spatial.setdefault(key, Tally()).add(ok)
         if not ok and len(self.mistakes) < 20:
@@ -126,6 +128,7 @@ class Report:
             "by_kind": {k: row(self.by_kind[k]) for k in scenes.KINDS if k in self.by_kind},
             "by_lang": {k: row(v) for k, v in sorted(self.by_lang.items())},
             "by_yes_no": {k: row(v) for k, v in sorted(self.by_yes_no.items())},
+            "by_yes_no_lang": {k: row(v) for k, v in sorted(self.by_yes_no_lang.items())},
             "by_spatial": {k: row(v) for k, v in sorted(self.by_spatial.items())},
             "mistakes": self.mistakes,
         }

@@ -54,6 +54,15 @@ def test_yes_no_questions_are_split_by_the_right_answer() -> None:
     assert (
         result["spatial: yes"]["total"] + spatial_no + open_form == report.by_kind["spatial"].total
     )
+    by_lang = report.to_dict()["by_yes_no_lang"]
+    for key, tally in result.items():  # each key split in two languages that add up
+        halves = [by_lang[f"{key}, {lang}"] for lang in scenes.LANGS]
+        assert [sum(h[f] for h in halves) for f in ("correct", "total")] == [
+            tally["correct"],
+            tally["total"],
+        ]
+    english_no = sum(s.answer == "no" and s.kind == "spatial" for s in samples)
+    assert by_lang["spatial: no, en"]["total"] == english_no
 
 
 def test_spatial_questions_are_split_by_form_and_axis() -> None:

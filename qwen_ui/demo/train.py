@@ -312,12 +312,9 @@ class SceneBatches(IterableDataset[Batch]):
     ) -> None:
         self.processor_dir = processor_dir
         self.yes_no_share = yes_no_share
-        weights = kind_weights or {}
-        self.pairs = [(k, lang) for k in kinds for lang in scenes.LANGS]
-        self.weights = [weights.get(f"{k}:{lang}", weights.get(k, 1.0)) for k, lang in self.pairs]
+        self.pairs, self.weights = weighted_pairs(kinds, kind_weights or {})
         self.batch_size = batch_size
         self.seed = seed
-        self.kinds = kinds
         self.max_pixels = max_pixels
         self.follow_up_share = follow_up_share
 
@@ -794,6 +791,17 @@ def parse_kind_weights(text: str) -> dict[str, float]:
             raise argparse.ArgumentTypeError(f"bad kind weight {part!r}")
         weights[key] = float(value)
     return weights
+
+
+def weighted_pairs(
+    kinds: tuple[str, ...],
+    weights: dict[str, float],
+    langs: tuple[scenes.Lang, ...] = scenes.LANGS,
+) -> tuple[list[tuple[str, scenes.Lang]], list[float]]:
+    """The (type, language) pairs to draw from and their sampling weights
+    (:func:`parse_kind_weights`'s: ``kind:lang`` over ``kind`` over 1)."""
+    pairs = [(k, lang) for k in kinds for lang in langs]
+    return pairs, [weights.get(f"{k}:{lang}", weights.get(k, 1.0)) for k, lang in pairs]
 
 
 def parse_share(text: str) -> float:

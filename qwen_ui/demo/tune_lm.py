@@ -86,9 +86,7 @@ class Draw:
     weights: dict[str, float] = field(default_factory=dict)
 
     def pairs(self) -> tuple[list[tuple[str, scenes.Lang]], list[float]]:
-        pairs = [(k, lang) for k in self.kinds for lang in self.langs]
-        w = self.weights
-        return pairs, [w.get(f"{k}:{lang}", w.get(k, 1.0)) for k, lang in pairs]
+        return train.weighted_pairs(self.kinds, self.weights, self.langs)
 
     def keeps(self, sample: scenes.Sample) -> bool:
         return sample.kind in self.kinds and sample.lang in self.langs

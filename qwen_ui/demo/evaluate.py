@@ -45,6 +45,11 @@ def yes_no_key(item: scenes.Sample) -> str | None:
     return f"{item.kind}: {polarity}" if polarity else None
 
 
+def in_lang(key: str, lang: str) -> str:
+    """A yes/no key split by language: ``"spatial: yes, en"``."""
+    return f"{key}, {lang}"
+
+
 # the axis of a spatial question, from its relation's words in either language
 _AXIS = {
     "left": "left/right",
@@ -103,7 +108,7 @@ class Report:
         self.by_lang.setdefault(item.lang, Tally()).add(ok)
         if (key := yes_no_key(item)) is not None:
             self.by_yes_no.setdefault(key, Tally()).add(ok)
-            self.by_yes_no_lang.setdefault(f"{key}, {item.lang}", Tally()).add(ok)
+            self.by_yes_no_lang.setdefault(in_lang(key, item.lang), Tally()).add(ok)
         if (key := spatial_key(item)) is not None:
             self.by_spatial.setdefault(key, Tally()).add(ok)
         if not ok and len(self.mistakes) < 20:

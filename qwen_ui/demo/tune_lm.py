@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from qwen_ui.demo import evaluate as scoring
 from qwen_ui.demo import modelcfg, scenes, train
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ def evaluate(model: Any, rows: list[Row], batch_size: int = 64) -> dict[str, flo
             batch = collate(chunk)
             right = train.exact(logits_of(model, batch), batch["labels"]).tolist()
             for ok, row in zip(right, chunk, strict=True):
-                by_lang = row.yes_no and f"{row.yes_no}, {row.lang}"
+                by_lang = row.yes_no and scoring.in_lang(row.yes_no, row.lang)
                 for key in filter(None, ("all", row.kind, row.lang, row.yes_no, by_lang)):
                     hits[key][0] += int(ok)
                     hits[key][1] += 1

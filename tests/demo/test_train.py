@@ -383,31 +383,39 @@ def test_rope_theta_changes_the_rotations_and_keeps_the_weights(tmp_path: Path) 
     assert kept.config.text_config.rope_parameters["rope_theta"] == modelcfg.TEXT["rope_theta"]
 
 
-def test_held_out_score_splits_yes_no_questions_by_the_right_answer(
+def test_held_out_score_splits_yes_no_questions_by_the_right_answer_and_language(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A model that gets every answer right except the spatial questions answered yes
-    scores 0 on "spatial: yes" and 100 % on the other keys of the training's evaluation."""
+    """A model that gets every answer right except the English spatial questions answered
+    yes scores 0 on "spatial: yes, en", 100 % on "spatial: yes, zh" and on the other keys,
+    and in between on "spatial: yes", in the training's evaluation."""
     kinds = ("spatial", "exists")
-    held = train.held_out_batches(train.WEIGHTS, 48, 48, kinds, max_pixels=28224)
+    held = train.held_out_batches(train.WEIGHTS, 64, 64, kinds, max_pixels=28224)
     batch = train.to_device(held[0], torch.device("cpu"))
     keys = set(batch["yes_no"])
     assert {"spatial: yes", "spatial: no", "exists: yes", "exists: no"} <= keys
     assert keys <= {"", "spatial: yes", "spatial: no", "exists: yes", "exists: no"}
+    wrong = [
+        key == "spatial: yes" and lang == "en"
+        for key, lang in zip(batch["yes_no"], batch["lang"], strict=True)
+    ]
+    assert 0 < sum(wrong) < batch["yes_no"].count("spatial: yes")
 
-    def right_but_spatial_yes(
+    def right_but_english_spatial_yes(
         model: object, b: train.Batch, **_: object
     ) -> tuple[torch.Tensor, None]:
         target = b["labels"][:, 1:].clamp(min=0)
         logits = F.one_hot(target, modelcfg.VOCAB_SIZE).float()
-        for row, key in enumerate(b["yes_no"]):
-            if key == "spatial: yes":
+        for row, off in enumerate(wrong):
+            if off:
                 logits[row] = logits[row].roll(1, dims=-1)  # every token one id off
         return torch.cat([logits, logits[:, -1:]], dim=1), None
 
-    monkeypatch.setattr(train, "forward_parts", right_but_spatial_yes)
+    monkeypatch.setattr(train, "forward_parts", right_but_english_spatial_yes)
     acc = train.evaluate(torch.nn.Module(), [batch], torch.device("cpu"), None)["acc"]  # type: ignore[arg-type]
-    assert acc["spatial: yes"] == 0.0
+    assert acc["spatial: yes, en"] == 0.0
+    assert acc["spatial: yes, zh"] == acc["spatial: no, en"] == acc["spatial: no, zh"] == 1.0
+    assert 0.0 < acc["spatial: yes"] < 1.0
     assert acc["spatial: no"] == acc["exists: yes"] == acc["exists: no"] == acc["exists"] == 1.0
-    n_yes = batch["yes_no"].count("spatial: yes")
-    assert acc["all"] == pytest.approx(1 - n_yes / len(batch["yes_no"]), abs=1e-4)
+    assert acc["exists: yes, en"] == acc["exists: no, zh"] == 1.0
+    assert acc["all"] == pytest.approx(1 - sum(wrong) / len(wrong), abs=1e-4)

@@ -27,6 +27,14 @@ def register(sub: Any) -> None:
     p.add_argument("--n", type=int, default=2000, help="number of questions (default 2000)")
     p.add_argument("--revision", choices=("bf16", "awq"), default="bf16")
     p.add_argument("--seed", type=int, default=0, help="held-out set number (default 0)")
+    p.add_argument(
+        "--kind",
+        action="append",
+        choices=scenes.KINDS,
+        default=None,
+        help="ask only questions of this type (repeatable; default every type), e.g. a "
+        "larger sample of one type than --n spread over all eight gives",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=32, help="questions per generate call")
     p.add_argument(
@@ -69,8 +77,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r{done}/{total}", end="", file=sys.stderr, flush=True)
 
+    kinds = tuple(k for k in scenes.KINDS if k in args.kind) if args.kind else scenes.KINDS
     report = evaluate(
-        answer, n=args.n, seed=args.seed, batch_size=args.batch_size, progress=progress
+        answer, n=args.n, seed=args.seed, batch_size=args.batch_size, progress=progress, kinds=kinds
     )
     result = report.to_dict() | {"revision": args.revision, "path": str(path)}
     if args.json:
@@ -96,7 +105,7 @@ def format_report(result: dict[str, Any]) -> str:
         "yes/no questions by right answer:",
         *(line(k, v) for k, v in result["by_yes_no"].items()),
     ]
-    missing = [k for k in scenes.KINDS if k not in result["by_kind"]]
+    missing = [k for k in result["kinds"] if k not in result["by_kind"]]
     if missing:
         lines.append(f"(no questions of type {', '.join(missing)}: raise --n)")
     return "\n".join(lines)

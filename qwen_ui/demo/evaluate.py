@@ -92,6 +92,7 @@ class Report:
 
     n: int
     seed: int
+    kinds: tuple[str, ...] = scenes.KINDS
     seconds: float = 0.0
     overall: Tally = field(default_factory=Tally)
     by_kind: dict[str, Tally] = field(default_factory=dict)
@@ -128,6 +129,7 @@ class Report:
         return {
             "n": self.n,
             "seed": self.seed,
+            "kinds": list(self.kinds),
             "seconds": round(self.seconds, 1),
             "overall": row(self.overall),
             "by_kind": {k: row(self.by_kind[k]) for k in scenes.KINDS if k in self.by_kind},
@@ -145,10 +147,12 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 16,
     progress: Callable[[int, int], None] | None = None,
+    kinds: tuple[str, ...] = scenes.KINDS,
 ) -> Report:
-    """Ask ``n`` held-out questions (balanced over types and languages) through ``answer``."""
-    items = scenes.held_out(n, seed)
-    report = Report(n=n, seed=seed)
+    """Ask ``n`` held-out questions of ``kinds`` (balanced over those types and the
+    languages) through ``answer``."""
+    items = scenes.held_out(n, seed, kinds)
+    report = Report(n=n, seed=seed, kinds=kinds)
     start = time.perf_counter()
     for i in range(0, n, batch_size):
         chunk = items[i : i + batch_size]

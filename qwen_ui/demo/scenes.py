@@ -458,8 +458,9 @@ def sample(
     return Sample(seed, kind, lang, question, answer, scenes)
 
 
-def held_out(n: int, seed: int = 0) -> list[Sample]:
-    """``n`` held-out samples, balanced over kinds and languages, from ``seed``."""
+def held_out(n: int, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> list[Sample]:
+    """``n`` held-out samples of ``kinds`` (every type by default), balanced over those
+    types and the languages, from held-out set ``seed``."""
     base = HELD_OUT_BASE + seed * 10**6
-    pairs = [(k, lang) for k in KINDS for lang in LANGS]
+    pairs = [(k, lang) for k in kinds for lang in LANGS]
     return [sample(base + i, *pairs[i % len(pairs)]) for i in range(n)]

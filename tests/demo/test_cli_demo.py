@@ -37,6 +37,22 @@ def test_demo_eval_json(revision: str, tmp_path: Path, capsys: pytest.CaptureFix
     assert result["path"].endswith(f"weights/{revision}")  # store empty: the package copy
 
 
+def test_demo_eval_of_one_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["demo", "eval", "--n", "8", "--kind", "spatial", "--json"]
+    assert main([*args, "--model-dir", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["kinds"] == ["spatial"] and list(result["by_kind"]) == ["spatial"]
+    assert result["by_kind"]["spatial"]["total"] == 8
+    assert sum(r["total"] for r in result["by_spatial"].values()) == 8
+
+
+def test_demo_eval_rejects_an_unknown_type(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "eval", "--kind", "colours"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'colours'" in capsys.readouterr().err
+
+
 def test_demo_eval_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "eval", "--n", "16", "--model-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

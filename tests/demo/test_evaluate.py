@@ -34,6 +34,13 @@ def test_perfect_and_wrong_answers() -> None:
     assert list(result["by_kind"]) == list(scenes.KINDS)
 
 
+def test_one_type_only() -> None:
+    report = evaluate(lambda items: ["?"] * len(items), n=20, seed=2, kinds=("spatial",))
+    assert report.overall.total == report.by_kind["spatial"].total == 20
+    assert set(report.by_kind) == {"spatial"} and set(report.by_lang) == {"en", "zh"}
+    assert report.to_dict()["kinds"] == ["spatial"]
+
+
 def test_yes_no_questions_are_split_by_the_right_answer() -> None:
     """A model that always says no: right on every 'no', wrong on every 'yes'."""
 

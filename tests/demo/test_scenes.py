@@ -27,6 +27,16 @@ def test_held_out_is_balanced_and_outside_training_seeds() -> None:
     assert scenes.held_out(64, seed=3) == items
 
 
+def test_held_out_of_some_types_is_balanced_over_them_and_the_languages() -> None:
+    items = scenes.held_out(40, seed=3, kinds=("spatial", "count"))
+    assert {(s.kind, s.lang) for s in items} == {
+        (k, lang) for k in ("spatial", "count") for lang in scenes.LANGS
+    }
+    assert all(sum(s.kind == k for s in items) == 20 for k in ("spatial", "count"))
+    assert all(s.seed >= scenes.HELD_OUT_BASE for s in items)
+    assert scenes.held_out(40, seed=3, kinds=scenes.KINDS) == scenes.held_out(40, seed=3)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_scene_bounds(seed: int) -> None:
     sample = scenes.sample(seed)

@@ -50,6 +50,15 @@ def in_lang(key: str, lang: str) -> str:
     return f"{key}, {lang}"
 
 
+def score_keys(kind: str, lang: str, yes_no: str) -> tuple[str, ...]:
+    """The keys one answer counts under in the training scores (``train.evaluate``,
+    ``tune_lm.evaluate``): all, its type, its language and, for a yes/no question
+    (``yes_no`` from :func:`yes_no_key`, else empty), that key alone and by language."""
+    if not yes_no:
+        return ("all", kind, lang)
+    return ("all", kind, lang, yes_no, in_lang(yes_no, lang))
+
+
 # the axis of a spatial question, from its relation's words in either language
 _AXIS = {
     "left": "left/right",

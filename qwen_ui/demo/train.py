@@ -712,9 +712,8 @@ def evaluate(
             # the yes/no keys ("spatial: yes") split a type whose answer is yes or no by
             # the right answer: a model answering from the prior scores 0 on one of them
             keys = zip(batch["kind"], batch["lang"], batch["yes_no"], strict=True)
-            for good, (kind, lang, yes_no) in zip(ok, keys, strict=True):
-                by_lang = yes_no and scoring.in_lang(yes_no, lang)
-                for key in filter(None, ("all", kind, lang, yes_no, by_lang)):
+            for good, row_keys in zip(ok, keys, strict=True):
+                for key in scoring.score_keys(*row_keys):
                     hits[key][0] += int(good)
                     hits[key][1] += 1
     model.train()

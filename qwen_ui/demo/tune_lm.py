@@ -184,8 +184,7 @@ def evaluate(model: Any, rows: list[Row], batch_size: int = 64) -> dict[str, flo
             batch = collate(chunk)
             right = train.exact(logits_of(model, batch), batch["labels"]).tolist()
             for ok, row in zip(right, chunk, strict=True):
-                by_lang = row.yes_no and scoring.in_lang(row.yes_no, row.lang)
-                for key in filter(None, ("all", row.kind, row.lang, row.yes_no, by_lang)):
+                for key in scoring.score_keys(row.kind, row.lang, row.yes_no):
                     hits[key][0] += int(ok)
                     hits[key][1] += 1
     model.train()

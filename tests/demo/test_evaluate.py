@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qwen_ui.demo import scenes
-from qwen_ui.demo.evaluate import POLARITY, Item, evaluate, normalize, spatial_key
+from qwen_ui.demo.evaluate import POLARITY, Item, evaluate, normalize, score_keys, spatial_key
 
 
 def oracle(items: Sequence[Item]) -> list[str]:
@@ -32,6 +32,17 @@ def test_perfect_and_wrong_answers() -> None:
     result = bad.to_dict()
     assert result["overall"] == {"accuracy": 0.0, "correct": 0, "total": 48}
     assert list(result["by_kind"]) == list(scenes.KINDS)
+
+
+def test_score_keys() -> None:
+    assert score_keys("count", "zh", "") == ("all", "count", "zh")
+    assert score_keys("spatial", "en", "spatial: yes") == (
+        "all",
+        "spatial",
+        "en",
+        "spatial: yes",
+        "spatial: yes, en",
+    )
 
 
 def test_one_type_only() -> None:

@@ -10,6 +10,7 @@ evaluation uses seeds from :data:`HELD_OUT_BASE` up, never seen in training.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -459,8 +460,13 @@ def sample(
 
 
 def held_out(n: int, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> list[Sample]:
-    """``n`` held-out samples of ``kinds`` (every type by default), balanced over those
-    types and the languages, from held-out set ``seed``."""
+    """The first ``n`` samples of ``kinds`` (every type by default) in held-out set
+    ``seed``, balanced over types and languages. The set is one sequence: seed ``base +
+    i`` is always the same (type, language, question), so the questions of a few types
+    are those the whole set asks of them, in order."""
+    if not kinds or not set(kinds) <= set(KINDS):
+        raise ValueError(f"question types must be some of {', '.join(KINDS)}: {kinds}")
     base = HELD_OUT_BASE + seed * 10**6
-    pairs = [(k, lang) for k in kinds for lang in LANGS]
-    return [sample(base + i, *pairs[i % len(pairs)]) for i in range(n)]
+    pairs = [(k, lang) for k in KINDS for lang in LANGS]
+    slots = (i for i in itertools.count() if pairs[i % len(pairs)][0] in kinds)
+    return [sample(base + i, *pairs[i % len(pairs)]) for i in itertools.islice(slots, n)]

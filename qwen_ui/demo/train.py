@@ -349,10 +349,7 @@ HELD_OUT_SET = 7  # the held-out set scored during training (``qwen-ui demo eval
 
 def held_out_samples(n: int, kinds: tuple[str, ...] = scenes.KINDS) -> list[scenes.Sample]:
     """The first ``n`` samples of the given types in the held-out set 7."""
-    pool = scenes.held_out(
-        n * len(scenes.KINDS) // len(kinds) + 2 * len(scenes.KINDS), HELD_OUT_SET
-    )
-    return [s for s in pool if s.kind in kinds][:n]
+    return scenes.held_out(n, HELD_OUT_SET, kinds)
 
 
 def held_out_batches(

@@ -34,7 +34,15 @@ def test_held_out_of_some_types_is_balanced_over_them_and_the_languages() -> Non
     }
     assert all(sum(s.kind == k for s in items) == 20 for k in ("spatial", "count"))
     assert all(s.seed >= scenes.HELD_OUT_BASE for s in items)
+    # the same questions the whole set asks of those types, in order
+    assert items == [s for s in scenes.held_out(160, seed=3) if s.kind in ("spatial", "count")]
     assert scenes.held_out(40, seed=3, kinds=scenes.KINDS) == scenes.held_out(40, seed=3)
+
+
+@pytest.mark.parametrize("kinds", [(), ("spatial", "colours")])
+def test_held_out_refuses_unknown_or_no_types(kinds: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match="question types must be some of"):
+        scenes.held_out(4, kinds=kinds)
 
 
 @pytest.mark.parametrize("seed", range(40))

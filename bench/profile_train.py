@@ -66,7 +66,9 @@ class Steps:
         self.attention = train.PaddedAttention(self.model)
         self.attention.enable(True)
         hidden = self.model.config.text_config.hidden_size
-        self.aux = train.AuxHead(hidden, args.aux_weight, args.relation_weight).to(device)
+        self.aux = train.AuxHead(
+            hidden, args.aux_weight, args.relation_weight, args.rank_weight
+        ).to(device)
         self.opt = train.make_optimizer(self.model, 1e-4, args.weight_decay, self.aux)
         self.batches = iter(train.scene_loader(args, device))
         self.model.train()

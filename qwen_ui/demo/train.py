@@ -177,6 +177,8 @@ N_SHAPE = 1 + len(scenes.SHAPES)  # auxiliary classes: 0 = background, then SHAP
 N_COLOUR = 1 + len(scenes.COLOURS)  # 0 = background, then COLOURS
 N_JOINT = 1 + len(scenes.SHAPES) * len(scenes.COLOURS)  # 0 = none, then (shape, colour)
 N_RELATION = len(scenes.RELATIONS)  # relation bags per centre token (relation_labels)
+N_RANK = 2  # ranks per covered token, across and down (rank_labels)
+RANKS = scenes.MAX_SHAPES  # a rank is 0 .. MAX_SHAPES - 1
 BLOCK = PATCH * MERGE  # one merged visual token covers BLOCK x BLOCK resized pixels
 
 
@@ -188,36 +190,75 @@ def joint_code(shape: scenes.Shape) -> int:
 
 def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
     """Auxiliary vision labels of one image, per merged visual token (raster order, as the
-    ``<|image_pad|>`` tokens), three columns: the (shape, colour) class of the shape covering
-    most of its block, or (0, 0) when shapes cover less than a quarter of it; and the joint
-    class (:func:`joint_code`) of the shape whose centre lies in the block, else 0, so that
-    each shape has exactly one token that names it (what counting needs); then the
-    :data:`N_RELATION` columns of :func:`relation_labels`.
-    ``grid_h``/``grid_w`` are the image's patch grid (``image_grid_thw``)."""
+    ``<|image_pad|>`` tokens): the (shape, colour) class of the shape covering most of its
+    block, or (0, 0) when shapes cover less than a quarter of it; the joint class
+    (:func:`joint_code`) of the shape whose centre lies in the block, else 0, so that each
+    shape has exactly one token that names it (what counting needs); the
+    :data:`N_RELATION` columns of :func:`relation_labels`; and the :data:`N_RANK` columns
+    of :func:`rank_labels`. ``grid_h``/``grid_w`` are the image's patch grid
+    (``image_grid_thw``)."""
     n_colours = len(scenes.COLOURS)
-    mask = Image.new("RGB", (scene.width, scene.height), (0, 0, 0))
-    draw = ImageDraw.Draw(mask)
-    for s in scene.shapes:
-        scenes._draw_shape(
-            draw, s.__class__(s.kind, s.colour, (joint_code(s), 0, 0), s.cx, s.cy, s.r)
-        )
-    resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
-    codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
-    codes = codes.view(grid_h * PATCH, grid_w * PATCH, 3)[..., 0].long()
-    blocks = codes.view(grid_h // MERGE, BLOCK, grid_w // MERGE, BLOCK).permute(0, 2, 1, 3)
-    flat = blocks.reshape(-1, BLOCK * BLOCK)
-    offsets = torch.arange(flat.shape[0])[:, None] * N_JOINT
-    counts = torch.bincount((flat + offsets).reshape(-1), minlength=flat.shape[0] * N_JOINT)
-    counts = counts.view(-1, N_JOINT)
+    blocks = _block_codes(scene, grid_h, grid_w)
+    counts = _block_counts(blocks[..., 0], N_JOINT)
     best = counts[:, 1:].argmax(1)
     covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
     shape = torch.where(covered, best // n_colours + 1, 0)
     colour = torch.where(covered, best % n_colours + 1, 0)
     centres = centre_labels(scene, grid_h, grid_w)
     return torch.cat(
-        [torch.stack([shape, colour, centres], dim=1), relation_labels(scene, grid_h, grid_w)],
+        [
+            torch.stack([shape, colour, centres], dim=1),
+            relation_labels(scene, grid_h, grid_w),
+            rank_labels(scene, blocks[..., 1]),
+        ],
         dim=1,
     )
+
+
+def _block_codes(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
+    """Per merged token, its ``BLOCK`` x ``BLOCK`` pixels (after the processor's resize)
+    as two codes: the joint class of the shape drawn there and 1 + that shape's index in
+    ``scene.shapes`` (0, 0 on the background); ``[tokens, BLOCK * BLOCK, 2]``."""
+    mask = Image.new("RGB", (scene.width, scene.height), (0, 0, 0))
+    draw = ImageDraw.Draw(mask)
+    for i, s in enumerate(scene.shapes):
+        scenes._draw_shape(draw, replace(s, rgb=(joint_code(s), i + 1, 0)))
+    resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
+    codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
+    codes = codes.view(grid_h * PATCH, grid_w * PATCH, 3)[..., :2].long()
+    blocks = codes.view(grid_h // MERGE, BLOCK, grid_w // MERGE, BLOCK, 2).permute(0, 2, 1, 3, 4)
+    return blocks.reshape(-1, BLOCK * BLOCK, 2)
+
+
+def _block_counts(codes: torch.Tensor, n: int) -> torch.Tensor:
+    """Per row of ``codes`` (``[tokens, pixels]``, values below ``n``), how many pixels
+    hold each value: ``[tokens, n]``."""
+    offsets = torch.arange(codes.shape[0])[:, None] * n
+    counts = torch.bincount((codes + offsets).reshape(-1), minlength=codes.shape[0] * n)
+    return counts.view(-1, n)
+
+
+def shape_ranks(scene: scenes.Scene) -> list[tuple[int, int]]:
+    """Per shape of ``scene``: how many other shapes have their centre left of its centre,
+    and how many above it. "Is A left of B?" is asked only when A's extent ends before
+    B's begins (yes) or A's centre lies clearly right of B's (no), so the answer is
+    whether A's rank across is below B's; likewise down for above and below."""
+    xs = [s.cx for s in scene.shapes]
+    ys = [s.cy for s in scene.shapes]
+    return [(sum(x < s.cx for x in xs), sum(y < s.cy for y in ys)) for s in scene.shapes]
+
+
+def rank_labels(scene: scenes.Scene, index_blocks: torch.Tensor) -> torch.Tensor:
+    """Per merged token, the two ranks (:func:`shape_ranks`: across, down) of the shape
+    covering most of its block when it covers at least a quarter, else -1 (no label), so
+    that every token of a shape carries where it stands among the others, a number the
+    language model can compare between two named shapes. ``index_blocks``: per token,
+    1 + the shape index drawn at each pixel (:func:`_block_codes`)."""
+    counts = _block_counts(index_blocks, len(scene.shapes) + 1)
+    best = counts[:, 1:].argmax(1)
+    covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
+    ranks = torch.tensor(shape_ranks(scene), dtype=torch.long).view(-1, N_RANK)
+    return torch.where(covered[:, None], ranks[best], -1)
 
 
 def centre_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
@@ -580,14 +621,18 @@ class AuxHead(torch.nn.Module):
     """Training-only linear heads on the merged visual tokens (:func:`token_labels`): each
     token's shape and colour class, the joint class of the shape centred in it and, at
     those centre tokens, the classes of the shapes around it (:func:`relation_labels`,
-    counted only with ``relation_weight`` > 0). Not part of the saved model. Trained always
+    counted only with ``relation_weight`` > 0); on every token a shape covers, that
+    shape's ranks across and down (:func:`rank_labels`, counted only with
+    ``rank_weight`` > 0). Not part of the saved model. Trained always
     (a linear probe of what the vision tower encodes); its gradient reaches the vision tower
     scaled by ``weight`` (0: a pure probe, the vision tower learns from the answers
     alone)."""
 
-    def __init__(self, width: int, weight: float, relation_weight: float = 0.0) -> None:
+    def __init__(
+        self, width: int, weight: float, relation_weight: float = 0.0, rank_weight: float = 0.0
+    ) -> None:
         super().__init__()
-        widths = [N_SHAPE, N_COLOUR, N_JOINT, N_RELATION * (N_JOINT - 1)]
+        widths = [N_SHAPE, N_COLOUR, N_JOINT, N_RELATION * (N_JOINT - 1), N_RANK * RANKS]
         self.proj = torch.nn.Linear(width, sum(widths))
         self.widths = widths
         # zero start: a random head on a trained tower's large features gave a loss near 70
@@ -597,6 +642,7 @@ class AuxHead(torch.nn.Module):
         torch.nn.init.zeros_(self.proj.bias)
         self.weight = weight
         self.relation_weight = relation_weight
+        self.rank_weight = rank_weight
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
         return self.proj(scale_grad(feats, self.weight).float())  # type: ignore[no-any-return]
@@ -607,8 +653,10 @@ class AuxHead(torch.nn.Module):
         """Cross-entropy (shape + colour + centre) and correct counts: shape and colour on
         tokens a shape covers, centre on the tokens holding a centre, and the tokens wrongly
         called a centre; with ``relation_weight``, that times the relation bags' binary
-        cross-entropy on centre tokens, and the centre tokens whose bags are all right."""
-        *parts, relations = self(feats).split(self.widths, dim=1)
+        cross-entropy on centre tokens, and the centre tokens whose bags are all right; with
+        ``rank_weight``, that times the ranks' cross-entropy on covered tokens, and those
+        whose two ranks are right."""
+        *parts, relations, ranks = self(feats).split(self.widths, dim=1)
         loss = sum(F.cross_entropy(logits, labels[:, i]) for i, logits in enumerate(parts))
         guess = [logits.argmax(1) for logits in parts]
         on, centre = labels[:, 0] > 0, labels[:, 2] > 0
@@ -622,9 +670,14 @@ class AuxHead(torch.nn.Module):
             "centre_false": ((guess[2] > 0) & ~centre).sum(),
         }
         if self.relation_weight > 0:
-            relation_loss, relation_stats = relation_terms(relations, labels[:, 3:], centre)
+            bags = labels[:, 3 : 3 + N_RELATION]
+            relation_loss, relation_stats = relation_terms(relations, bags, centre)
             loss = loss + self.relation_weight * relation_loss
             stats |= relation_stats
+        if self.rank_weight > 0:
+            rank_loss, rank_stats = rank_terms(ranks, labels[:, 3 + N_RELATION :])
+            loss = loss + self.rank_weight * rank_loss
+            stats |= rank_stats
         return torch.as_tensor(loss), stats
 
 
@@ -649,6 +702,19 @@ def relation_terms(
         "relation_said": (said & on).sum(),
         "relation_both": (truth & said & on).sum(),
     }
+
+
+def rank_terms(
+    logits: torch.Tensor, ranks: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The ranks' cross-entropy (both axes, averaged over the tokens that have them) and,
+    on those tokens, how many have both ranks right. ``logits``: tokens x (``N_RANK`` x
+    ``RANKS``); ``ranks``: tokens x ``N_RANK``, -1 where a token has none."""
+    per_axis = logits.view(-1, N_RANK, RANKS)
+    loss = F.cross_entropy(per_axis.reshape(-1, RANKS), ranks.reshape(-1), ignore_index=-1)
+    ranked = ranks[:, 0] >= 0
+    right = (per_axis.argmax(2) == ranks).all(1) & ranked
+    return loss, {"rank_hit": right.sum(), "ranked": ranked.sum()}
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -696,6 +762,7 @@ def evaluate(
         ("shape_hit", "colour_hit", "on", "centre_hit", "centre", "centre_false"), 0
     )
     relations = aux is not None and aux.relation_weight > 0
+    ranks = aux is not None and aux.rank_weight > 0
     model.eval()
     with torch.no_grad():
         for batch in batches:
@@ -736,6 +803,8 @@ def evaluate(
                     probe["relation_both"] / max(1, probe["relation_said"]), 4
                 ),
             }
+        if ranks:  # covered tokens whose two ranks are right
+            result["token_acc"]["rank"] = round(probe["rank_hit"] / max(1, probe["ranked"]), 4)
     return result | {"n": hits["all"][1]}
 
 
@@ -873,6 +942,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.0,
         help="weight of the auxiliary relation bags (each shape's centre token names the "
         "shapes left of, right of, above and below it); 0: off",
+    )
+    p.add_argument(
+        "--rank-weight",
+        type=float,
+        default=0.0,
+        help="weight of the auxiliary ranks (every token of a shape says how many shapes lie "
+        "left of it and above it, which the yes/no spatial questions compare); 0: off",
     )
     p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
@@ -1070,7 +1146,8 @@ def run(args: argparse.Namespace) -> None:
     attention = PaddedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))
-    aux = AuxHead(model.config.text_config.hidden_size, args.aux_weight, args.relation_weight)
+    hidden = model.config.text_config.hidden_size
+    aux = AuxHead(hidden, args.aux_weight, args.relation_weight, args.rank_weight)
     aux = aux.to(device)
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [

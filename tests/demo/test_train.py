@@ -25,7 +25,7 @@ def scene() -> scenes.Scene:
 
 def test_token_labels_mark_the_covering_shape() -> None:
     labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
-    assert labels.shape == (6 * 8, 3 + train.N_RELATION)
+    assert labels.shape == (6 * 8, 3 + train.N_RELATION + train.N_RANK)
     grid = labels[:, :2].reshape(6, 8, 2)
     red_square = (1 + scenes.SHAPES.index("square"), 1 + list(scenes.COLOURS).index("red"))
     blue_star = (1 + scenes.SHAPES.index("star"), 1 + list(scenes.COLOURS).index("blue"))
@@ -59,7 +59,7 @@ def test_each_shape_names_itself_in_the_token_holding_its_centre() -> None:
 
 def test_each_centre_token_names_the_shapes_around_it() -> None:
     labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
-    bags = labels[:, 3:].view(6, 8, train.N_RELATION)
+    bags = labels[:, 3 : 3 + train.N_RELATION].view(6, 8, train.N_RELATION)
     red_square, blue_star = scene().shapes
     left, right = scenes.RELATIONS.index("left"), scenes.RELATIONS.index("right")
     # the square (16.5..67.5 px across) is clearly left of the star (130..210 px); on the
@@ -96,6 +96,49 @@ def test_relation_bags_say_what_the_spatial_questions_ask() -> None:
                     assert bit == int(holds), (seed, rel, code)
                     checked += int(holds)
     assert checked > 50
+
+
+def test_every_token_of_a_shape_carries_its_ranks() -> None:
+    labels = train.token_labels(scene(), grid_h=168 // PATCH, grid_w=224 // PATCH)
+    ranks = labels[:, 3 + train.N_RELATION :]
+    covered = labels[:, 0] > 0
+    # the square (top left) has no shape left of or above it; the star has the square
+    # left of it and above it (their centres: 42, 42 and 170, 112)
+    square = labels[:, 0] == 1 + scenes.SHAPES.index("square")
+    assert ranks[square].tolist() == [[0, 0]] * int(square.sum())
+    assert ranks[covered & ~square].tolist() == [[1, 1]] * int((covered & ~square).sum())
+    assert ranks[~covered].tolist() == [[-1, -1]] * int((~covered).sum())
+
+
+def test_ranks_answer_the_yes_no_spatial_questions() -> None:
+    """On generated yes/no spatial questions: comparing the two named shapes' ranks along
+    the relation's axis gives the grammar's answer, every time."""
+    axis = {"left": (0, 1), "right": (0, -1), "above": (1, 1), "below": (1, -1)}
+    checked = 0
+    for seed in range(300):
+        item = scenes.sample(seed, "spatial", "en", yes_no_share=1.0)
+        sc = item.scenes[0]
+        words = item.question.rstrip("?").split()
+        named = [
+            next(s for s in sc.shapes if (s.colour, s.kind) == (words[i - 1], words[i]))
+            for i, w in enumerate(words)
+            if w in scenes.SHAPES
+        ]
+        rel = next(r for r in scenes.RELATIONS if r in words)
+        ranks = train.shape_ranks(sc)
+        a, b = (ranks[sc.shapes.index(s)] for s in named)
+        col, sign = axis[rel]
+        assert ((b[col] - a[col]) * sign > 0) == (item.answer == "yes"), seed
+        checked += 1
+    assert checked == 300
+
+
+def test_two_shapes_of_one_class_keep_their_own_ranks() -> None:
+    left = scenes.Shape("circle", "red", (215, 40, 40), cx=42.0, cy=84.0, r=30.0)
+    right = scenes.Shape("circle", "red", (215, 40, 40), cx=182.0, cy=84.0, r=30.0)
+    labels = train.token_labels(scenes.Scene(224, 168, (250, 250, 250), (left, right)), 12, 16)
+    ranks = labels[:, 3 + train.N_RELATION :].view(6, 8, train.N_RANK)
+    assert ranks[3, 1].tolist() == [0, 0] and ranks[3, 6].tolist() == [1, 0]
 
 
 def test_token_labels_follow_the_resize() -> None:
@@ -166,7 +209,7 @@ def test_encoder_labels_one_row_per_image_token() -> None:
     item = scenes.sample(3, kind="multi_count")
     row = encode(item)
     n_tokens = int((row["input_ids"] == modelcfg.IMAGE_PAD_ID).sum())
-    assert row["vision_labels"].shape == (n_tokens, 3 + train.N_RELATION)
+    assert row["vision_labels"].shape == (n_tokens, 3 + train.N_RELATION + train.N_RANK)
     assert int((row["vision_labels"][:, 0] > 0).sum()) > 0
     shapes = sum(len(s.shapes) for s in item.scenes)
     assert 0 < int((row["vision_labels"][:, 2] > 0).sum()) <= shapes
@@ -207,27 +250,57 @@ def test_the_relation_loss_counts_only_when_weighted() -> None:
     loss_on, stats = on.loss(feats, labels)
     # a zero head: every logit 0, so each of the 4 x 24 bits of a centre token costs log 2
     bits = 4 * (train.N_JOINT - 1)
+    start = sum(on.widths[:3])  # the relation bags' outputs
+    rel = slice(start, start + bits)
     assert torch.allclose(loss_on - loss_off, torch.tensor(2.0 * bits * math.log(2)))
     assert int(stats["relation_hit"]) == 0  # a logit of 0 calls every bit absent: not > 0
     assert (int(stats["relation_true"]), int(stats["relation_said"])) == (3, 0)
     loss_on.backward()  # type: ignore[no-untyped-call]
     grad = on.proj.weight.grad
-    assert grad is not None and float(grad[-bits:].abs().max()) > 0
+    assert grad is not None and float(grad[rel].abs().max()) > 0
     with torch.no_grad():  # a head that calls every bit absent is right on empty bags
-        on.proj.bias[-bits:] = -10.0
+        on.proj.bias[rel] = -10.0
     _, stats = on.loss(feats.detach(), labels)
     assert int(stats["relation_hit"]) == 0  # both centre tokens have a bit set
     empty = labels.clone()
-    empty[:, 3:] = 0
+    empty[:, 3 : 3 + train.N_RELATION] = 0
     _, stats = on.loss(feats.detach(), empty)
     assert int(stats["relation_hit"]) == 2
     with torch.no_grad():  # calls exactly the first token's bit (class 4 left of it) set
         on.proj.weight.zero_()
-        on.proj.bias[-bits:] = -10.0
-        on.proj.bias[-bits + 3] = 10.0
+        on.proj.bias[rel] = -10.0
+        on.proj.bias[start + 3] = 10.0
     _, stats = on.loss(feats.detach(), labels)
     # said: that bit on both centre tokens (not on the non-centre ones); right on the first
     assert [int(stats[k]) for k in ("relation_true", "relation_said", "relation_both")] == [3, 2, 1]
+
+
+def test_the_rank_loss_counts_only_when_weighted() -> None:
+    torch.manual_seed(0)
+    feats = torch.randn(3, 384, requires_grad=True)
+    labels = torch.tensor([[1, 2, 9], [2, 3, 0], [0, 0, 0]])
+    bags = torch.zeros(3, train.N_RELATION, dtype=torch.long)
+    ranks = torch.tensor([[0, 2], [5, 1], [-1, -1]])
+    labels = torch.cat([labels, bags, ranks], dim=1)
+    off = train.AuxHead(384, weight=1.0)
+    loss_off, stats_off = off.loss(feats, labels)
+    assert "rank_hit" not in stats_off
+    on = train.AuxHead(384, weight=1.0, rank_weight=0.5)
+    loss_on, stats = on.loss(feats, labels)
+    # a zero head: each rank costs log 6, averaged over the two tokens that have ranks
+    assert torch.allclose(loss_on - loss_off, torch.tensor(0.5 * math.log(train.RANKS)))
+    assert (int(stats["ranked"]), int(stats["rank_hit"])) == (2, 0)
+    loss_on.backward()  # type: ignore[no-untyped-call]
+    grad = on.proj.weight.grad
+    width = train.N_RANK * train.RANKS
+    assert grad is not None and float(grad[-width:].abs().max()) > 0
+    with torch.no_grad():  # calls ranks (0, 2) everywhere: right on the first token only
+        on.proj.weight.zero_()
+        on.proj.bias[-width:] = 0.0
+        on.proj.bias[-width + 0] = 10.0
+        on.proj.bias[-width + train.RANKS + 2] = 10.0
+    _, stats = on.loss(feats.detach(), labels)
+    assert (int(stats["ranked"]), int(stats["rank_hit"])) == (2, 1)
 
 
 def test_kind_weights_parse_and_steer_the_sampled_types() -> None:

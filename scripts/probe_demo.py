@@ -1,0 +1,185 @@
+"""Probes of a demo checkpoint on the CPU: where the spatial yes/no answer is computed.
+
+    .venv/bin/python scripts/probe_demo.py ranks  [--weights DIR] [--scenes 1500]
+    .venv/bin/python scripts/probe_demo.py answer [--weights DIR] [--n 1200]
+    .venv/bin/python scripts/probe_demo.py attention [--weights DIR] [--n 400] [--lang en]
+
+``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
+across and down (``train.rank_labels``) of the shape covering each token, on English
+spatial samples of training seeds 10^11 on (no run has drawn them: run seeds stop at 99,
+samples at seed x 10^10 + a few million).
+``answer``: per language-model layer, a linear probe (70/30 split) of the right answer
+from the hidden state at the answer position, over the spatial yes/no questions among
+the first ``--n`` spatial questions of held-out set 7; and the model's own accuracy.
+``attention``: per (position before the answer, layer, head), the attention mass on the
+tokens covered by the two named shapes, A (named first) and B, over the yes/no
+questions of one language; the 25 largest.
+Figures from these are in docs/demo-model.md ("Eleventh session").
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from qwen_ui.demo import modelcfg, scenes, train
+
+log = logging.getLogger("probe_demo")
+YES_NO = ("yes", "no", "是", "否")
+
+
+def load(weights: Path, attentions: bool = False) -> Any:
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    kw = {"attn_implementation": "eager"} if attentions else {}
+    return Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        str(weights), dtype=torch.float32, **kw
+    ).eval()
+
+
+def prompt_inputs(encode: train.Encoder, item: scenes.Sample) -> tuple[dict[str, Any], Any]:
+    """The model's inputs up to the answer (the prompt), and the encoded row."""
+    row = encode(item)
+    first = int((row["labels"] != train.IGNORE).nonzero()[0])
+    batch = train.collate([row])
+    keys = ("input_ids", "attention_mask", "mm_token_type_ids")
+    inputs = {k: batch[k][:, :first] for k in keys}
+    inputs["pixel_values"] = train.restore_pixels(
+        batch["pixel_u8"], train.IMAGE_MEAN, train.IMAGE_STD
+    )
+    inputs["image_grid_thw"] = batch["image_grid_thw"]
+    return inputs, row
+
+
+def linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int, train_share: float) -> float:
+    """Test accuracy of a logistic regression from ``x`` to ``y`` (a seeded split)."""
+    generator = torch.Generator().manual_seed(0)
+    order = torch.randperm(len(x), generator=generator)
+    cut = int(len(x) * train_share)
+    fit, test = order[:cut], order[cut:]
+    mean, std = x[fit].mean(0), x[fit].std(0) + 1e-5
+    xn = (x - mean) / std
+    head = torch.nn.Linear(x.shape[1], classes)
+    opt = torch.optim.Adam(head.parameters(), 1e-2, weight_decay=1e-3)
+    for _ in range(300):
+        opt.zero_grad()
+        F.cross_entropy(head(xn[fit]), y[fit]).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+    with torch.no_grad():
+        return float((head(xn[test]).argmax(1) == y[test]).float().mean())
+
+
+def probe_ranks(args: argparse.Namespace) -> None:
+    model, encode = load(args.weights), train.Encoder(train.WEIGHTS)
+    feats, ranks = [], []
+    for i in range(args.scenes):
+        item = scenes.sample(10**11 + i, "spatial", "en")
+        inputs, row = prompt_inputs(encode, item)
+        with torch.no_grad():
+            out = model.model.visual(inputs["pixel_values"], grid_thw=inputs["image_grid_thw"])
+        labels = row["vision_labels"][:, 3 + train.N_RELATION :]
+        covered = labels[:, 0] >= 0
+        feats.append(out.pooler_output[covered])
+        ranks.append(labels[covered])
+    x, y = torch.cat(feats), torch.cat(ranks)
+    for axis, name in enumerate(("across", "down")):
+        accuracy = linear_probe(x, y[:, axis], train.RANKS, 0.8)
+        log.info("rank %s: probe accuracy %.3f on %d covered tokens", name, accuracy, len(x))
+
+
+def probe_answer(args: argparse.Namespace) -> None:
+    model, encode = load(args.weights), train.Encoder(train.WEIGHTS)
+    tokens = encode.processor.tokenizer
+    yes = [tokens(w)["input_ids"][0] for w in ("yes", "是")]
+    no = [tokens(w)["input_ids"][0] for w in ("no", "否")]
+    items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
+    states, truth, right = [], [], []
+    for item in items:
+        inputs, _ = prompt_inputs(encode, item)
+        with torch.no_grad():
+            out = model(**inputs, output_hidden_states=True, use_cache=False)
+        states.append(torch.stack([h[0, -1] for h in out.hidden_states]))
+        logits = out.logits[0, -1]
+        said_yes = bool(logits[yes].max() > logits[no].max())
+        truth.append(int(item.answer in ("yes", "是")))
+        right.append(said_yes == bool(truth[-1]))
+    x, y = torch.stack(states), torch.tensor(truth)
+    log.info("%d yes/no questions, the model right on %.3f", len(y), sum(right) / len(y))
+    for layer in range(x.shape[1]):
+        accuracy = linear_probe(x[:, layer], y, 2, 0.7)
+        log.info("after layer %d: the right answer probed at %.3f", layer, accuracy)
+
+
+def named_shapes(item: scenes.Sample) -> tuple[scenes.Shape, scenes.Shape]:
+    """A and B of a yes/no spatial question, in the order the question names them."""
+    scene = item.scenes[0]
+
+    def name(s: scenes.Shape) -> str:
+        if item.lang == "en":
+            return f"{s.colour} {s.kind}"
+        return scenes.COLOUR_ZH[s.colour] + scenes.SHAPE_ZH[s.kind]
+
+    found = sorted(
+        (item.question.find(name(s)), i)
+        for i, s in enumerate(scene.shapes)
+        if name(s) in item.question and scene.count(s.colour, s.kind) == 1
+    )
+    return scene.shapes[found[0][1]], scene.shapes[found[1][1]]
+
+
+def covered_tokens(labels: torch.Tensor, shape: scenes.Shape, offset: int) -> list[int]:
+    kind = 1 + scenes.SHAPES.index(shape.kind)
+    colour = 1 + list(scenes.COLOURS).index(shape.colour)
+    mask = (labels[:, 0] == kind) & (labels[:, 1] == colour)
+    return (mask.nonzero()[:, 0] + offset).tolist()
+
+
+def probe_attention(args: argparse.Namespace) -> None:
+    model, encode = load(args.weights, attentions=True), train.Encoder(train.WEIGHTS)
+    items = [
+        s
+        for s in scenes.held_out(args.n, 7, ("spatial",))
+        if s.lang == args.lang and s.answer in YES_NO
+    ]
+    mass: dict[tuple[int, int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for item in items:
+        inputs, row = prompt_inputs(encode, item)
+        with torch.no_grad():
+            out = model(**inputs, output_attentions=True, use_cache=False)
+        start = int((row["input_ids"] == modelcfg.IMAGE_PAD_ID).nonzero()[0])
+        a, b = (covered_tokens(row["vision_labels"], s, start) for s in named_shapes(item))
+        end = inputs["input_ids"].shape[1]
+        for layer, att in enumerate(out.attentions):
+            for pos in range(end - 16, end):
+                for head in range(att.shape[1]):
+                    entry = mass[(pos - end, layer, head)]
+                    entry[0] += float(att[0, head, pos, a].sum()) / len(items)
+                    entry[1] += float(att[0, head, pos, b].sum()) / len(items)
+    top = sorted(mass.items(), key=lambda kv: -sum(kv[1]))[:25]
+    log.info(
+        "%d yes/no questions (%s); position -1 is the last before the answer", len(items), args.lang
+    )
+    for (pos, layer, head), (on_a, on_b) in top:
+        log.info("position %3d layer %d head %d: A %.3f B %.3f", pos, layer, head, on_a, on_b)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=("ranks", "answer", "attention"))
+    p.add_argument("--weights", type=Path, default=train.WEIGHTS)
+    p.add_argument("--scenes", type=int, default=1500)
+    p.add_argument("--n", type=int, default=1200)
+    p.add_argument("--lang", choices=scenes.LANGS, default="en")
+    args = p.parse_args()
+    {"ranks": probe_ranks, "answer": probe_answer, "attention": probe_attention}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

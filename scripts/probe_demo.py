@@ -113,7 +113,8 @@ def probe_answer(args: argparse.Namespace) -> None:
     log.info("%d yes/no questions, the model right on %.3f", len(y), sum(right) / len(y))
     for layer in range(x.shape[1]):
         accuracy = linear_probe(x[:, layer], y, 2, 0.7)
-        log.info("after layer %d: the right answer probed at %.3f", layer, accuracy)
+        where = f"after layer {layer}" if layer else "from the embeddings"
+        log.info("%s: the right answer probed at %.3f", where, accuracy)
 
 
 def named_shapes(item: scenes.Sample) -> tuple[scenes.Shape, scenes.Shape]:

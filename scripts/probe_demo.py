@@ -47,13 +47,10 @@ def prompt_inputs(encode: train.Encoder, item: scenes.Sample) -> tuple[dict[str,
     """The model's inputs up to the answer (the prompt), and the encoded row."""
     row = encode(item)
     first = int((row["labels"] != train.IGNORE).nonzero()[0])
-    batch = train.collate([row])
+    batch = train.to_device(train.collate([row]), torch.device("cpu"))
     keys = ("input_ids", "attention_mask", "mm_token_type_ids")
     inputs = {k: batch[k][:, :first] for k in keys}
-    inputs["pixel_values"] = train.restore_pixels(
-        batch["pixel_u8"], train.IMAGE_MEAN, train.IMAGE_STD
-    )
-    inputs["image_grid_thw"] = batch["image_grid_thw"]
+    inputs |= {k: batch[k] for k in ("pixel_values", "image_grid_thw")}
     return inputs, row
 
 

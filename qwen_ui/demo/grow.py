@@ -40,17 +40,15 @@ def decoder_layers(model: Any) -> list[Any]:
 
 
 def calibration_batches(n: int, batch_size: int = 16) -> list[train.Batch]:
-    """``n`` training-grammar samples of every type, encoded as the training encodes them,
-    in batches for the stock forward (pixel values restored)."""
+    """``n`` training-grammar samples of every type, encoded and batched as the training
+    does, on the CPU."""
     encode = train.Encoder(train.WEIGHTS)
     rows = [encode(scenes.sample(CALIBRATION_BASE + i)) for i in range(n)]
-    batches = []
-    for i in range(0, n, batch_size):
-        batch = train.collate(rows[i : i + batch_size])
-        u8 = batch.pop("pixel_u8")
-        batch["pixel_values"] = train.restore_pixels(u8, train.IMAGE_MEAN, train.IMAGE_STD)
-        batches.append(batch)
-    return batches
+    cpu = torch.device("cpu")
+    return [
+        train.to_device(train.collate(rows[i : i + batch_size]), cpu)
+        for i in range(0, n, batch_size)
+    ]
 
 
 def mlp_importance(model: Any, batches: Iterable[train.Batch]) -> list[torch.Tensor]:
@@ -83,7 +81,7 @@ def mlp_importance(model: Any, batches: Iterable[train.Batch]) -> list[torch.Ten
     return [s / max(1, tokens) * c.float() for s, c in zip(sums, columns, strict=True)]
 
 
-def _rows(linear: torch.nn.Linear, keep: torch.Tensor, dim: int) -> torch.nn.Linear:
+def _keep(linear: torch.nn.Linear, keep: torch.Tensor, dim: int) -> torch.nn.Linear:
     """``linear`` keeping the ``keep`` outputs (``dim`` 0) or inputs (``dim`` 1)."""
     weight = linear.weight.detach().index_select(dim, keep)
     out = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None)
@@ -100,9 +98,9 @@ def prune_mlp(model: Any, importance: list[torch.Tensor], width: int) -> None:
     for layer, score in zip(decoder_layers(model), importance, strict=True):
         keep = score.topk(width).indices.sort().values
         mlp = layer.mlp
-        mlp.gate_proj = _rows(mlp.gate_proj, keep, 0)
-        mlp.up_proj = _rows(mlp.up_proj, keep, 0)
-        mlp.down_proj = _rows(mlp.down_proj, keep, 1)
+        mlp.gate_proj = _keep(mlp.gate_proj, keep, 0)
+        mlp.up_proj = _keep(mlp.up_proj, keep, 0)
+        mlp.down_proj = _keep(mlp.down_proj, keep, 1)
         mlp.intermediate_size = width
     model.config.text_config.intermediate_size = width
 
@@ -114,9 +112,6 @@ def identity_layer(model: Any) -> Any:
     text = model.config.text_config
     layer = type(layers[0])(text, layer_idx=0)
     layer = layer.to(next(model.parameters()).dtype)
-    mlp = layer.mlp
-    if mlp.down_proj.in_features != text.intermediate_size:
-        raise ValueError("the config's intermediate_size does not match the new layer")
     with torch.no_grad():
         layer.self_attn.o_proj.weight.zero_()
         layer.mlp.down_proj.weight.zero_()
@@ -139,17 +134,34 @@ def insert_layers(model: Any, at: list[int]) -> None:
     text.layer_types = ["full_attention"] * len(layers)
 
 
-def grow(init: Path, out: Path, mlp_width: int, insert: list[int], samples: int) -> Any:
+def grow(init: Path, out: Path, mlp_width: int, insert: list[int] | None, samples: int) -> Any:
+    """The grown checkpoint of ``init`` as a complete revision in ``out/model``;
+    ``insert`` None: one layer at the end."""
     model = train.build_model(torch.device("cpu"), init)
     model.eval()
-    if mlp_width < decoder_layers(model)[0].mlp.down_proj.in_features:
+    layers = decoder_layers(model)
+    if mlp_width < layers[0].mlp.down_proj.in_features:
         prune_mlp(model, mlp_importance(model, calibration_batches(samples)), mlp_width)
-    insert_layers(model, insert)
+    insert_layers(model, [len(layers)] if insert is None else insert)
     train.save(model, out, 0)
     for f in init.iterdir():  # the processor files: a complete revision folder
         if f.is_file() and not f.name.startswith(("model", "config", "generation_config")):
             shutil.copy2(f, out / "model" / f.name)
     return model
+
+
+def held_out_score(model: Any, n: int) -> dict[str, float]:
+    """Teacher-forced exact match on the first ``n`` questions of held-out set 7, as the
+    training scores itself (``train.evaluate``): overall and per type."""
+    cpu = torch.device("cpu")
+    batches = [train.to_device(b, cpu) for b in train.held_out_batches(train.WEIGHTS, n, 64)]
+    attention = train.PaddedAttention(model)
+    attention.enable(True)
+    try:
+        acc: dict[str, float] = train.evaluate(model, batches, cpu, attention)["acc"]
+    finally:
+        attention.enable(False)
+    return {k: v for k, v in acc.items() if ":" not in k and k not in scenes.LANGS}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,21 +170,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--init", type=Path, default=train.WEIGHTS)
     p.add_argument("--out", type=Path, required=True, help="the checkpoint goes to OUT/model")
     p.add_argument("--mlp", type=int, default=768, help="MLP hidden units kept per layer")
-    p.add_argument("--insert", type=int, action="append", default=None, help="layer index")
+    p.add_argument(
+        "--insert", type=int, action="append", help="a layer index (repeatable; default: the end)"
+    )
     p.add_argument("--samples", type=int, default=512, help="calibration samples")
+    p.add_argument(
+        "--check",
+        type=int,
+        default=0,
+        help="also score --init and the grown model on this many held-out questions of set 7",
+    )
     args = p.parse_args(argv)
     if args.mlp % 128:
         p.error("--mlp must be a multiple of 128 (int4 group-128 packing)")
-    at = args.insert if args.insert is not None else [modelcfg_layers(args.init)]
-    model = grow(args.init, args.out, args.mlp, at, args.samples)
+    model = grow(args.init, args.out, args.mlp, args.insert, args.samples)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
-
-
-def modelcfg_layers(init: Path) -> int:
-    """The layer count of the checkpoint at ``init`` (an insertion there appends)."""
-    from transformers import AutoConfig
-
-    return int(AutoConfig.from_pretrained(str(init)).text_config.num_hidden_layers)
+    if args.check:
+        before = train.build_model(torch.device("cpu"), args.init)
+        log.info("held-out, --init: %s", held_out_score(before, args.check))
+        log.info("held-out, grown: %s", held_out_score(model, args.check))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from qwen_ui.demo import grow, modelcfg, train
+from qwen_ui.demo import grow, modelcfg, scenes, train
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_importance_is_per_unit_and_non_negative(batches: list[train.Batch]) -> 
 def test_a_grown_checkpoint_is_a_complete_revision_within_the_size_bar(tmp_path: Path) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    grow.main(["--out", str(tmp_path), "--mlp", "768", "--samples", "8"])
+    grow.main(["--out", str(tmp_path), "--mlp", "768", "--samples", "8", "--check", "16"])
     folder = tmp_path / "model"
     model = AutoModelForImageTextToText.from_pretrained(str(folder))
     assert model.config.text_config.num_hidden_layers == 5
@@ -85,3 +85,9 @@ def test_a_grown_checkpoint_is_a_complete_revision_within_the_size_bar(tmp_path:
 def test_the_mlp_width_must_pack_into_groups_of_128() -> None:
     with pytest.raises(SystemExit):
         grow.main(["--out", "/nonexistent", "--mlp", "700"])
+
+
+def test_the_held_out_score_is_the_trainings_own() -> None:
+    score = grow.held_out_score(shipped(), 16)
+    assert set(score) == {"all", *scenes.KINDS}
+    assert score["all"] > 0.8  # the shipped weights: 16 questions, one per type and language

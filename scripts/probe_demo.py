@@ -3,6 +3,7 @@
     .venv/bin/python scripts/probe_demo.py ranks  [--weights DIR] [--scenes 1500]
     .venv/bin/python scripts/probe_demo.py answer [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py attention [--weights DIR] [--n 400] [--lang en]
+    .venv/bin/python scripts/probe_demo.py errors [--weights DIR] [--n 1200]
 
 ``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
 across and down (``train.rank_labels``) of the shape covering each token, on English
@@ -14,6 +15,9 @@ the first ``--n`` spatial questions of held-out set 7; and the model's own accur
 ``attention``: per (position before the answer, layer, head), the attention mass on the
 tokens covered by the two named shapes, A (named first) and B, over the yes/no
 questions of one language; the 25 largest.
+``errors``: the model's accuracy on the spatial yes/no questions among the first ``--n``
+spatial questions of set 7, split by one property of the question at a time (the right
+answer, language, relation, shape count, look-alikes of A or B, the gap between them).
 Figures from these are in docs/demo-model.md ("Eleventh session").
 """
 
@@ -28,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from qwen_ui.demo import modelcfg, scenes, train
+from qwen_ui.demo import modelcfg, names, scenes, train
 
 log = logging.getLogger("probe_demo")
 YES_NO = ("yes", "no", "是", "否")
@@ -116,19 +120,8 @@ def probe_answer(args: argparse.Namespace) -> None:
 
 def named_shapes(item: scenes.Sample) -> tuple[scenes.Shape, scenes.Shape]:
     """A and B of a yes/no spatial question, in the order the question names them."""
-    scene = item.scenes[0]
-
-    def name(s: scenes.Shape) -> str:
-        if item.lang == "en":
-            return f"{s.colour} {s.kind}"
-        return scenes.COLOUR_ZH[s.colour] + scenes.SHAPE_ZH[s.kind]
-
-    found = sorted(
-        (item.question.find(name(s)), i)
-        for i, s in enumerate(scene.shapes)
-        if name(s) in item.question and scene.count(s.colour, s.kind) == 1
-    )
-    return scene.shapes[found[0][1]], scene.shapes[found[1][1]]
+    (_, a), (_, b) = names.named_shapes(item)
+    return a, b
 
 
 def covered_tokens(labels: torch.Tensor, shape: scenes.Shape, offset: int) -> list[int]:
@@ -167,16 +160,76 @@ def probe_attention(args: argparse.Namespace) -> None:
         log.info("position %3d layer %d head %d: A %.3f B %.3f", pos, layer, head, on_a, on_b)
 
 
+def relation_of(item: scenes.Sample) -> str:
+    """The relation a yes/no spatial question asks about."""
+    words = scenes.REL_EN if item.lang == "en" else scenes.REL_ZH
+    return next(rel for rel in scenes.RELATIONS if words[rel] in item.question)
+
+
+def look_alikes(scene: scenes.Scene, s: scenes.Shape) -> int:
+    """Other shapes sharing ``s``'s colour or its kind."""
+    return sum(1 for o in scene.shapes if o is not s and (o.colour == s.colour or o.kind == s.kind))
+
+
+def error_keys(item: scenes.Sample) -> dict[str, str]:
+    """The properties :func:`probe_errors` splits by."""
+    a, b = named_shapes(item)
+    scene, rel = item.scenes[0], relation_of(item)
+    axis = {"left": -1.0, "right": 1.0, "above": -1.0, "below": 1.0}[rel]
+    across = rel in ("left", "right")
+    size = scene.width if across else scene.height
+    offset = ((a.cx - b.cx) if across else (a.cy - b.cy)) * axis / size
+    other = abs((a.cy - b.cy) if across else (a.cx - b.cx)) / (
+        scene.height if across else scene.width
+    )
+    alike = look_alikes(scene, a) + look_alikes(scene, b)
+    return {
+        "answer": "yes" if item.answer in ("yes", "是") else "no",
+        "lang": item.lang,
+        "relation": rel,
+        "shapes": str(len(scene.shapes)),
+        "look-alikes": str(min(alike, 3)) + ("+" if alike >= 3 else ""),
+        "centre offset / side": f"{min(int(abs(offset) * 5), 3) / 5:.1f}+",
+        "other-axis offset / side": f"{min(int(other * 5), 3) / 5:.1f}+",
+    }
+
+
+def probe_errors(args: argparse.Namespace) -> None:
+    model, encode = load(args.weights), train.Encoder(train.WEIGHTS)
+    tokens = encode.processor.tokenizer
+    yes = [tokens(w)["input_ids"][0] for w in ("yes", "是")]
+    no = [tokens(w)["input_ids"][0] for w in ("no", "否")]
+    items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
+    tally: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for item in items:
+        inputs, _ = prompt_inputs(encode, item)
+        with torch.no_grad():
+            logits = model(**inputs, use_cache=False).logits[0, -1]
+        said_yes = bool(logits[yes].max() > logits[no].max())
+        right = said_yes == (item.answer in ("yes", "是"))
+        for key in [("all", "all"), *error_keys(item).items()]:
+            tally[key][0] += int(right)
+            tally[key][1] += 1
+    for (prop, value), (hit, n) in sorted(tally.items()):
+        log.info("%-26s %-6s %4d questions, right %.3f", prop, value, n, hit / n)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("ranks", "answer", "attention"))
+    p.add_argument("what", choices=("ranks", "answer", "attention", "errors"))
     p.add_argument("--weights", type=Path, default=train.WEIGHTS)
     p.add_argument("--scenes", type=int, default=1500)
     p.add_argument("--n", type=int, default=1200)
     p.add_argument("--lang", choices=scenes.LANGS, default="en")
     args = p.parse_args()
-    {"ranks": probe_ranks, "answer": probe_answer, "attention": probe_attention}[args.what](args)
+    probes = {
+        "ranks": probe_ranks,
+        "answer": probe_answer,
+        "attention": probe_attention,
+        "errors": probe_errors,
+    }
+    probes[args.what](args)
 
 
 if __name__ == "__main__":

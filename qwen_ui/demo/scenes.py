@@ -331,11 +331,22 @@ def clearly_not(rel: str, a: Shape, b: Shape) -> bool:
     return _axis(rel, a) < _axis(rel, b) - 0.25 * b.r
 
 
+def shape_ranks(scene: Scene) -> list[tuple[int, int]]:
+    """Per shape of ``scene``: how many other shapes have their centre left of its centre,
+    and how many above it. "Is A left of B?" is asked only when A's extent ends before
+    B's begins (yes) or A's centre lies clearly right of B's (no), so the answer is
+    whether A's rank across is below B's; likewise down for above and below."""
+    xs = [s.cx for s in scene.shapes]
+    ys = [s.cy for s in scene.shapes]
+    return [(sum(x < s.cx for x in xs), sum(y < s.cy for y in ys)) for s in scene.shapes]
+
+
 def _unique_refs(scene: Scene) -> list[Shape]:
     return [s for s in scene.shapes if scene.count(s.colour, s.kind) == 1]
 
 
-def _name(s: Shape, lang: Lang) -> str:
+def shape_name(s: Shape, lang: Lang) -> str:
+    """How the grammar names ``s`` (a colour and a kind) in ``lang``."""
     return f"{s.colour} {s.kind}" if lang == "en" else f"{COLOUR_ZH[s.colour]}{SHAPE_ZH[s.kind]}"
 
 
@@ -348,11 +359,11 @@ def _spatial_which(rng: random.Random, lang: Lang, rel: str) -> Made | None:
         if len(hits) == 1 and all(s is hits[0] or clearly_not(rel, s, ref) for s in others):
             if lang == "en":
                 return (
-                    f"What shape is {REL_EN[rel]} the {_name(ref, lang)}?",
+                    f"What shape is {REL_EN[rel]} the {shape_name(ref, lang)}?",
                     hits[0].kind,
                     (scene,),
                 )
-            text = f"{_name(ref, lang)}{REL_ZH[rel]}的图形是什么形状？"
+            text = f"{shape_name(ref, lang)}{REL_ZH[rel]}的图形是什么形状？"
             return text, SHAPE_ZH[hits[0].kind], (scene,)
     return None
 
@@ -373,8 +384,8 @@ def _spatial_yesno(rng: random.Random, lang: Lang, rel: str) -> Made | None:
     answer = (TRUE if truth else FALSE)[lang]
     if lang == "en":
         where = REL_EN[rel] if rel in ("above", "below") else f"to the {REL_EN[rel]}"
-        return f"Is the {_name(a, lang)} {where} the {_name(b, lang)}?", answer, (scene,)
-    return f"{_name(a, lang)}在{_name(b, lang)}的{REL_ZH[rel]}吗？", answer, (scene,)
+        return f"Is the {shape_name(a, lang)} {where} the {shape_name(b, lang)}?", answer, (scene,)
+    return f"{shape_name(a, lang)}在{shape_name(b, lang)}的{REL_ZH[rel]}吗？", answer, (scene,)
 
 
 def q_spatial(rng: random.Random, lang: Lang, yes_no_share: float = 0.5) -> Made:

@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import evaluate as scoring
-from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo import modelcfg, names, scenes
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ class Encoder:
         per_image = (grid_thw.prod(dim=1) // (MERGE * MERGE)).tolist()
         turns = [(item.question, item.answer), *item.follow_ups]
         id_list, label_list = self._conversation(turns, per_image)
+        question_start = len(self.template[0]) + sum(n + 2 for n in per_image)
         ids, labels = torch.tensor(id_list), torch.tensor(label_list)
         mm = (ids == modelcfg.IMAGE_PAD_ID).long()
         positions, _ = self.rope.get_rope_index(
@@ -160,6 +161,7 @@ class Encoder:
             "kind": item.kind,
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
+            "name_labels": names.name_labels(item, self.processor.tokenizer, question_start),
         }
 
 
@@ -238,18 +240,8 @@ def _block_counts(codes: torch.Tensor, n: int) -> torch.Tensor:
     return counts.view(-1, n)
 
 
-def shape_ranks(scene: scenes.Scene) -> list[tuple[int, int]]:
-    """Per shape of ``scene``: how many other shapes have their centre left of its centre,
-    and how many above it. "Is A left of B?" is asked only when A's extent ends before
-    B's begins (yes) or A's centre lies clearly right of B's (no), so the answer is
-    whether A's rank across is below B's; likewise down for above and below."""
-    xs = [s.cx for s in scene.shapes]
-    ys = [s.cy for s in scene.shapes]
-    return [(sum(x < s.cx for x in xs), sum(y < s.cy for y in ys)) for s in scene.shapes]
-
-
 def rank_labels(scene: scenes.Scene, index_blocks: torch.Tensor) -> torch.Tensor:
-    """Per merged token, the two ranks (:func:`shape_ranks`: across, down) of the shape
+    """Per merged token, the two ranks (:func:`scenes.shape_ranks`: across, down) of the shape
     covering most of its block when it covers at least a quarter, else -1 (no label), so
     that every token of a shape carries where it stands among the others, a number the
     language model can compare between two named shapes. ``index_blocks``: per token,
@@ -257,7 +249,7 @@ def rank_labels(scene: scenes.Scene, index_blocks: torch.Tensor) -> torch.Tensor
     counts = _block_counts(index_blocks, len(scene.shapes) + 1)
     best = counts[:, 1:].argmax(1)
     covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
-    ranks = torch.tensor(shape_ranks(scene), dtype=torch.long).view(-1, N_RANK)
+    ranks = torch.tensor(scenes.shape_ranks(scene), dtype=torch.long).view(-1, N_RANK)
     return torch.where(covered[:, None], ranks[best], -1)
 
 
@@ -326,6 +318,12 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "kind": [r["kind"] for r in rows],
         "lang": [r["lang"] for r in rows],
         "yes_no": [r["yes_no"] for r in rows],
+        "name_labels": torch.cat(
+            [
+                torch.cat([torch.full((len(r["name_labels"]), 1), i), r["name_labels"]], 1)
+                for i, r in enumerate(rows)
+            ]
+        ),
     }
 
 
@@ -562,7 +560,15 @@ def forward_logits(
 ) -> torch.Tensor:
     """Logits for ``batch``: the stock forward, or the training path (precomputed vision
     indices and mrope positions, padded vision attention via ``attention``)."""
-    return forward_parts(model, batch, fast=fast, amp=amp, attention=attention)[0]
+    return forward_parts(model, batch, fast=fast, amp=amp, attention=attention).logits
+
+
+class Parts(NamedTuple):
+    """What :func:`forward_parts` returns."""
+
+    logits: torch.Tensor
+    feats: torch.Tensor | None  # the merged visual tokens (None on the stock path)
+    hidden: torch.Tensor | None  # the hidden state after ``hidden_layer``, when asked
 
 
 def forward_parts(
@@ -573,10 +579,12 @@ def forward_parts(
     amp: bool = True,
     attention: PaddedAttention | None = None,
     vision_grad: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    hidden_layer: int | None = None,
+) -> Parts:
     """:func:`forward_logits` plus the merged visual tokens (the vision tower's output;
-    None on the stock path). ``vision_grad`` scales the LM loss's gradient into the
-    vision tower (the forward values are unchanged)."""
+    None on the stock path) and, on the fast path with ``hidden_layer``, the language
+    model's hidden state after that layer (0: the embeddings). ``vision_grad`` scales the
+    LM loss's gradient into the vision tower (the forward values are unchanged)."""
     device_type = batch["input_ids"].device.type
     # bf16 autocast on the GPU; on the CPU (probes, tests) plain fp32 is faster
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=amp and device_type == "cuda"):
@@ -589,7 +597,7 @@ def forward_parts(
                 "image_grid_thw",
             )
             logits = model(**{k: batch[k] for k in keys}, use_cache=False).logits
-            return logits, None
+            return Parts(logits, None, None)
         vision = dict(batch["vision"])
         if attention is not None:
             attention.set((vision["cu_seqlens"], vision["cu_window_seqlens"]), batch["plans"])
@@ -601,13 +609,15 @@ def forward_parts(
         embeds = embeds.masked_scatter(slots, scale_grad(feats, vision_grad).to(embeds.dtype))
         # right padding only: with causal attention no real token sees a pad, so no mask is
         # needed and SDPA runs its mask-free kernels (see padded_vision_attention)
-        logits = model(
+        out = model(
             inputs_embeds=embeds,
             attention_mask=None,
             position_ids=batch["position_ids"],
             use_cache=False,
-        ).logits
-        return logits, feats
+            output_hidden_states=hidden_layer is not None,
+        )
+        hidden = None if hidden_layer is None else out.hidden_states[hidden_layer]
+        return Parts(out.logits, feats, hidden)
 
 
 def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
@@ -755,6 +765,7 @@ def evaluate(
     device: torch.device,
     attention: PaddedAttention,
     aux: AuxHead | None = None,
+    name_head: names.NameHead | None = None,
 ) -> dict[str, Any]:
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     loss_sum = 0.0
@@ -766,8 +777,15 @@ def evaluate(
     model.eval()
     with torch.no_grad():
         for batch in batches:
-            logits, feats = forward_parts(model, batch, attention=attention)
+            layer = None if name_head is None else name_head.layer
+            logits, feats, hidden = forward_parts(
+                model, batch, attention=attention, hidden_layer=layer
+            )
             loss_sum += float(answer_loss(logits, batch["labels"]))
+            if name_head is not None and hidden is not None:
+                _, stats = name_head.loss(hidden, batch["name_labels"])
+                for k, v in stats.items():
+                    probe[k] = probe.get(k, 0) + int(v)
             if aux is not None and feats is not None:
                 _, stats = aux.loss(feats, batch["vision_labels"])
                 for k, v in stats.items():
@@ -805,6 +823,8 @@ def evaluate(
             }
         if ranks:  # covered tokens whose two ranks are right
             result["token_acc"]["rank"] = round(probe["rank_hit"] / max(1, probe["ranked"]), 4)
+    if probe.get("names"):  # names whose shape's two ranks the name head reads right
+        result["name_rank"] = round(probe["name_hit"] / probe["names"], 4)
     return result | {"n": hits["all"][1]}
 
 
@@ -951,6 +971,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "left of it and above it, which the yes/no spatial questions compare); 0: off",
     )
     p.add_argument(
+        "--name-weight",
+        type=float,
+        default=0.0,
+        help="weight of the name head (at the last token of each shape a spatial question "
+        "names, a language-model layer says that shape's ranks across and down); 0: off",
+    )
+    p.add_argument(
+        "--name-layer",
+        type=int,
+        default=2,
+        help="the language-model layer whose output the name head reads",
+    )
+    p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
     )
     p.add_argument(
@@ -1051,12 +1084,16 @@ def make_optimizer(
     weight_decay: float,
     aux: AuxHead | None = None,
     vision_lr_mult: float = 1.0,
+    name_head: names.NameHead | None = None,
 ) -> torch.optim.Optimizer:
     """AdamW; no decay on norms/embeddings/biases; ``visual`` (and the auxiliary head) at
-    ``vision_lr_mult`` times the learning rate (each group's ``lr_scale``)."""
+    ``vision_lr_mult`` times the learning rate (each group's ``lr_scale``); the name head
+    at the language model's."""
     params = list(model.named_parameters())
     if aux is not None:
         params += [("visual.aux." + n, p) for n, p in aux.named_parameters()]
+    if name_head is not None:
+        params += [("name_head." + n, p) for n, p in name_head.named_parameters()]
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = defaultdict(list)
     for name, param in params:
         decays = param.ndim >= 2 and "embed" not in name
@@ -1103,31 +1140,44 @@ class StepResult(NamedTuple):
     grad_norm: torch.Tensor  # the language model's (and the rest outside the vision tower)
     vision_grad_norm: torch.Tensor
     skipped: torch.Tensor  # 1.0 when a gradient was non-finite and the update skipped
+    name_loss: torch.Tensor  # the name head's (weighted; 0 without one)
 
 
 def train_step(
-    model: Any, opt: torch.optim.Optimizer, batch: Batch, attention: PaddedAttention, aux: AuxHead
+    model: Any,
+    opt: torch.optim.Optimizer,
+    batch: Batch,
+    attention: PaddedAttention,
+    aux: AuxHead,
+    name_head: names.NameHead | None = None,
 ) -> StepResult:
     """Forward, the answer and auxiliary losses, backward, the gradients of the language
     model, the vision tower and the head clipped apart (a large auxiliary gradient in the
     tower must not shrink the language model's update, nor the head's the model's), and
     the update unless a gradient is non-finite. The fused optimizer skips it on the device
     (its ``found_inf`` input, as ``GradScaler`` uses it), so the host never waits here."""
-    logits, feats = forward_parts(model, batch, attention=attention)
+    layer = None if name_head is None else name_head.layer
+    logits, feats, hidden = forward_parts(model, batch, attention=attention, hidden_layer=layer)
     assert feats is not None
     lm_loss = answer_loss(logits, batch["labels"])
     aux_loss, _ = aux.loss(feats, batch["vision_labels"])
+    name_loss = torch.zeros((), device=lm_loss.device)
+    if name_head is not None and hidden is not None:
+        name_loss, _ = name_head.loss(hidden, batch["name_labels"])
     opt.zero_grad(set_to_none=True)
-    (lm_loss + aux_loss).backward()  # type: ignore[no-untyped-call]
+    (lm_loss + aux_loss + name_loss).backward()  # type: ignore[no-untyped-call]
     vision, rest = split_parameters(model)
     norm = torch.nn.utils.clip_grad_norm_(rest, 1.0)
     vision_norm = torch.nn.utils.clip_grad_norm_(vision, 1.0)
-    aux_norm = torch.nn.utils.clip_grad_norm_(aux.parameters(), 1.0)
-    finite = torch.isfinite(norm) & torch.isfinite(vision_norm) & torch.isfinite(aux_norm)
+    heads = [*aux.parameters(), *([] if name_head is None else name_head.parameters())]
+    head_norm = torch.nn.utils.clip_grad_norm_(heads, 1.0)
+    finite = torch.isfinite(norm) & torch.isfinite(vision_norm) & torch.isfinite(head_norm)
     skipped = (~finite).float()
     opt.found_inf = skipped  # type: ignore[attr-defined]
     opt.step()
-    return StepResult(lm_loss.detach(), aux_loss.detach(), norm, vision_norm, skipped)
+    return StepResult(
+        lm_loss.detach(), aux_loss.detach(), norm, vision_norm, skipped, name_loss.detach()
+    )
 
 
 def split_parameters(model: Any) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
@@ -1149,6 +1199,9 @@ def run(args: argparse.Namespace) -> None:
     hidden = model.config.text_config.hidden_size
     aux = AuxHead(hidden, args.aux_weight, args.relation_weight, args.rank_weight)
     aux = aux.to(device)
+    name_head = None
+    if args.name_weight > 0:
+        name_head = names.NameHead(hidden, args.name_weight, args.name_layer).to(device)
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [
         to_device(b, device)
@@ -1156,8 +1209,8 @@ def run(args: argparse.Namespace) -> None:
     ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))
     attention.enable(True)
-    opt = make_optimizer(model, args.lr, args.weight_decay, aux, args.vision_lr_mult)
-    train_loop(model, opt, batches, held, args, device, attention, aux)
+    opt = make_optimizer(model, args.lr, args.weight_decay, aux, args.vision_lr_mult, name_head)
+    train_loop(model, opt, batches, held, args, device, attention, aux, name_head)
 
 
 def train_loop(
@@ -1169,6 +1222,7 @@ def train_loop(
     device: torch.device,
     attention: PaddedAttention,
     aux: AuxHead,
+    name_head: names.NameHead | None = None,
 ) -> None:
     """The schedule's progress is the larger of steps done and wall time used, so the
     cosine decay completes within ``--max-minutes`` whatever the throughput."""
@@ -1187,7 +1241,7 @@ def train_loop(
         for group in opt.param_groups:
             lr = lr_at(step, progress, args.lr, args.warmup, span=args.schedule_span)
             group["lr"] = group["lr_scale"] * lr
-        update = train_step(model, opt, batch, attention, aux)
+        update = train_step(model, opt, batch, attention, aux, name_head)
         skipped = skipped + update.skipped
         last = step == args.steps - 1 or progress >= 1.0
         row_loss = update.lm_loss.item() if step % 10 == 0 else 0.0
@@ -1196,6 +1250,7 @@ def train_loop(
                 "step": step,
                 "loss": round(update.lm_loss.item(), 4),
                 "aux_loss": round(update.aux_loss.item(), 4),
+                "name_loss": round(update.name_loss.item(), 4),
                 "lr": opt.param_groups[0]["lr"],
                 "grad_norm": round(update.grad_norm.item(), 3),
                 "vision_grad_norm": round(update.vision_grad_norm.item(), 3),
@@ -1207,7 +1262,7 @@ def train_loop(
             log.info("train %s", json.dumps(row))
             metrics.write(json.dumps({"train": row}) + "\n")
         if step % args.eval_every == 0 or last:
-            result = evaluate(model, held, device, attention, aux)
+            result = evaluate(model, held, device, attention, aux, name_head)
             result |= {"step": step, "elapsed_s": round(elapsed, 1)}
             log.info("eval %s", json.dumps(result, ensure_ascii=False))
             metrics.write(json.dumps({"eval": result}, ensure_ascii=False) + "\n")

@@ -125,7 +125,7 @@ def test_ranks_answer_the_yes_no_spatial_questions() -> None:
             if w in scenes.SHAPES
         ]
         rel = next(r for r in scenes.RELATIONS if r in words)
-        ranks = train.shape_ranks(sc)
+        ranks = scenes.shape_ranks(sc)
         a, b = (ranks[sc.shapes.index(s)] for s in named)
         col, sign = axis[rel]
         assert ((b[col] - a[col]) * sign > 0) == (item.answer == "yes"), seed
@@ -476,13 +476,13 @@ def test_held_out_score_splits_yes_no_questions_by_the_right_answer_and_language
 
     def right_but_english_spatial_yes(
         model: object, b: train.Batch, **_: object
-    ) -> tuple[torch.Tensor, None]:
+    ) -> train.Parts:
         target = b["labels"][:, 1:].clamp(min=0)
         logits = F.one_hot(target, modelcfg.VOCAB_SIZE).float()
         for row, off in enumerate(wrong):
             if off:
                 logits[row] = logits[row].roll(1, dims=-1)  # every token one id off
-        return torch.cat([logits, logits[:, -1:]], dim=1), None
+        return train.Parts(torch.cat([logits, logits[:, -1:]], dim=1), None, None)
 
     monkeypatch.setattr(train, "forward_parts", right_but_english_spatial_yes)
     acc = train.evaluate(torch.nn.Module(), [batch], torch.device("cpu"), None)["acc"]  # type: ignore[arg-type]

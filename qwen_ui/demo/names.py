@@ -1,0 +1,83 @@
+"""Training-only supervision of the language model where a question names a shape.
+
+A spatial question names one shape ("What shape is left of the blue square?") or two ("Is
+the red circle to the left of the blue square?"), each unique in its scene. The held-out
+errors of the yes/no form grow with the shapes that share a colour or a kind with the
+named ones (``scripts/probe_demo.py errors``): the language model finds the red things
+and the circles, not the red circle. :class:`NameHead` asks a middle layer's hidden
+state, at the last token of each name, for that shape's ranks across and down among the
+scene's shapes (:func:`scenes.shape_ranks`), which only the named shape's own visual
+tokens can give, and which are what the yes/no answer compares. Not part of the saved
+model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from qwen_ui.demo import scenes
+
+N_AXES = 2  # across and down
+
+
+def named_shapes(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
+    """The unique shapes a spatial question names, in the order it names them, each with
+    the end (a character offset in ``item.question``) of its name; none for other types."""
+    if item.kind != "spatial":
+        return []
+    scene = item.scenes[0]
+    found = []
+    for shape in scene.shapes:
+        name = scenes.shape_name(shape, item.lang)
+        at = item.question.find(name)
+        if at >= 0 and scene.count(shape.colour, shape.kind) == 1:
+            found.append((at + len(name), shape))
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def name_labels(item: scenes.Sample, tokenizer: Any, start: int) -> torch.Tensor:
+    """``[names, 3]``: per named shape, the position of the token holding the last
+    character of its name (``start``: the question's first token in the sample's ids) and
+    the shape's two ranks."""
+    offsets = tokenizer(item.question, return_offsets_mapping=True)["offset_mapping"]
+    ranks = scenes.shape_ranks(item.scenes[0])
+    rows = []
+    for end, shape in named_shapes(item):
+        token = next(i for i, (lo, hi) in enumerate(offsets) if lo < end <= hi)
+        rows.append([start + token, *ranks[item.scenes[0].shapes.index(shape)]])
+    return torch.tensor(rows, dtype=torch.long).view(-1, 1 + N_AXES)
+
+
+class NameHead(torch.nn.Module):
+    """A linear head on the hidden state after language-model layer ``layer``, read at the
+    name tokens of :func:`name_labels`: the named shape's rank across and down."""
+
+    def __init__(self, width: int, weight: float, layer: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(width, N_AXES * scenes.MAX_SHAPES)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+        self.weight = weight
+        self.layer = layer
+
+    def loss(
+        self, hidden: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Cross-entropy of both ranks over the names, times ``weight``, and how many names
+        have both right. ``hidden``: ``[batch, tokens, width]``; ``labels``: ``[names, 4]``
+        (row in the batch, position, rank across, rank down)."""
+        states = hidden[labels[:, 0], labels[:, 1]].float()
+        logits = self.proj(states).view(-1, N_AXES, scenes.MAX_SHAPES)
+        ranks = labels[:, 2:]
+        if len(labels) == 0:
+            loss = logits.sum()  # zero, and still part of the graph
+        else:
+            loss = F.cross_entropy(logits.reshape(-1, scenes.MAX_SHAPES), ranks.reshape(-1))
+        right = (logits.argmax(2) == ranks).all(1)
+        return self.weight * loss, {
+            "name_hit": right.sum(),
+            "names": labels.new_tensor(len(labels)),
+        }

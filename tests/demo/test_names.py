@@ -1,0 +1,121 @@
+"""The name head's labels and loss (qwen_ui/demo/names.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qwen_ui.demo import modelcfg, names, scenes, train
+
+
+def spatial(lang: scenes.Lang, yes_no_share: float, n: int) -> list[scenes.Sample]:
+    return [scenes.sample(seed, "spatial", lang, yes_no_share=yes_no_share) for seed in range(n)]
+
+
+def ranks_of(item: scenes.Sample, shape: scenes.Shape) -> list[int]:
+    scene = item.scenes[0]
+    return list(scenes.shape_ranks(scene)[scene.shapes.index(shape)])
+
+
+@pytest.mark.parametrize("lang", scenes.LANGS)
+def test_each_named_shape_is_labelled_at_the_last_token_of_its_name(lang: scenes.Lang) -> None:
+    encode = train.Encoder(train.WEIGHTS)
+    tokens = encode.processor.tokenizer
+    for item in spatial(lang, 0.5, 12):
+        row = encode(item)
+        ids = row["input_ids"].tolist()
+        question_start = ids.index(modelcfg.VISION_END_ID) + 1  # one image: the question next
+        named = names.named_shapes(item)
+        assert len(row["name_labels"]) == len(named) >= 1
+        for (position, *ranks), (_, shape) in zip(row["name_labels"].tolist(), named, strict=True):
+            name = scenes.shape_name(shape, lang)
+            upto = tokens.decode(ids[question_start : position + 1])
+            assert name in upto, (item.question, upto)
+            assert name not in tokens.decode(ids[question_start:position])
+            assert ranks == ranks_of(item, shape)
+
+
+def test_yes_no_questions_name_two_shapes_in_order_and_which_questions_one() -> None:
+    for lang in scenes.LANGS:
+        for item in spatial(lang, 1.0, 8):
+            (end_a, a), (end_b, b) = names.named_shapes(item)
+            assert end_a < end_b and a is not b
+            scene = item.scenes[0]
+            assert scene.count(a.colour, a.kind) == scene.count(b.colour, b.kind) == 1
+        for item in spatial(lang, 0.0, 8):
+            ((_, ref),) = names.named_shapes(item)
+            assert scenes.shape_name(ref, lang) in item.question
+    for kind in ("count", "colour", "exists", "multi_compare"):
+        assert names.named_shapes(scenes.sample(1, kind, "en")) == []
+
+
+def test_the_batch_keeps_each_name_with_its_row() -> None:
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    items = [scenes.sample(3, "count", "en"), *spatial("zh", 1.0, 2)]
+    rows = [encode(i) for i in items]
+    batch = train.collate(rows)
+    assert batch["name_labels"].tolist() == [
+        [i, *label] for i, r in enumerate(rows) for label in r["name_labels"].tolist()
+    ]
+    assert batch["name_labels"][:, 0].tolist() == [1, 1, 2, 2]
+
+
+def test_name_head_loss_starts_at_chance_and_counts_right_names() -> None:
+    head = names.NameHead(8, weight=2.0, layer=1)
+    hidden = torch.randn(2, 5, 8, requires_grad=True)
+    labels = torch.tensor([[0, 1, 0, 3], [1, 4, 5, 2]])
+    loss, stats = head.loss(hidden, labels)
+    assert float(loss.detach()) == pytest.approx(2.0 * math.log(scenes.MAX_SHAPES))
+    assert int(stats["names"]) == 2
+    with torch.no_grad():  # a head that reads rank across 0 / down 3 from feature 0
+        head.proj.bias[[0, scenes.MAX_SHAPES + 3]] = 10.0
+    _, stats = head.loss(hidden, labels)
+    assert int(stats["name_hit"]) == 1
+    torch.nn.init.normal_(head.proj.weight)  # zero weights pass no gradient on
+    head.loss(hidden, labels)[0].backward()  # type: ignore[no-untyped-call]
+    assert hidden.grad is not None
+    assert hidden.grad[0, 1].abs().sum() > 0 and hidden.grad[0, 0].abs().sum() == 0
+
+
+def test_a_batch_without_names_adds_nothing() -> None:
+    head = names.NameHead(8, weight=1.0, layer=1)
+    loss, stats = head.loss(torch.randn(2, 5, 8), torch.zeros((0, 4), dtype=torch.long))
+    assert float(loss.detach()) == 0.0 and int(stats["names"]) == 0
+    loss.backward()  # type: ignore[no-untyped-call]  # still part of the graph
+
+
+def test_train_step_trains_the_language_model_through_the_name_head() -> None:
+    """The head's loss reaches the language model's layers up to its own, not beyond."""
+    dataset = train.SceneBatches(train.WEIGHTS, 4, 1, ("spatial",), max_pixels=28224)
+    batch = train.to_device(next(iter(dataset)), torch.device("cpu"))
+    assert len(batch["name_labels"]) >= 4
+    torch.manual_seed(0)
+    model = train.build_model(torch.device("cpu"), None)
+    attention = train.PaddedAttention(model)
+    attention.enable(True)
+    hidden = model.config.text_config.hidden_size
+    aux = train.AuxHead(hidden, 0.0)
+    head = names.NameHead(hidden, 1.0, layer=1)
+    torch.nn.init.normal_(head.proj.weight, std=0.5)
+    grads = {}
+    for weight in (0.0, 1.0):
+        head.weight = weight
+        opt = train.make_optimizer(model, 0.0, 0.0, aux, name_head=head)
+        update = train.train_step(model, opt, batch, attention, aux, head)
+        layers = model.model.language_model.layers
+        grads[weight] = [
+            p.grad.clone() for p in (layers[0].mlp.down_proj.weight, layers[1].mlp.down_proj.weight)
+        ]
+        assert (float(update.name_loss) > 0) == (weight > 0)
+    # clipping rescales the whole language model's gradient: compare directions
+    first, second = (
+        float(F.cosine_similarity(grads[0.0][i].flatten(), grads[1.0][i].flatten(), dim=0))
+        for i in (0, 1)
+    )
+    assert first < 0.9, first  # layer 1 feeds the head
+    assert second == pytest.approx(1.0, abs=1e-4)  # layer 2 comes after it
+    result = train.evaluate(model, [batch], torch.device("cpu"), attention, aux, head)
+    assert 0.0 <= result["name_rank"] <= 1.0

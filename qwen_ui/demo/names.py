@@ -7,8 +7,10 @@ named ones (``scripts/probe_demo.py errors``): the language model finds the red 
 and the circles, not the red circle. :class:`NameHead` asks a middle layer's hidden
 state, at the last token of each name, for that shape's ranks across and down among the
 scene's shapes (:func:`scenes.shape_ranks`), which only the named shape's own visual
-tokens can give, and which are what the yes/no answer compares. Not part of the saved
-model.
+tokens can give, and which are what the yes/no answer compares. A second head (``slots``
+= 2, :func:`pair_labels`) asks a later layer, at the position that gives a yes/no
+answer, for both named shapes' ranks: what the answer is then a comparison of. Not part
+of the saved model.
 """
 
 from __future__ import annotations
@@ -51,13 +53,27 @@ def name_labels(item: scenes.Sample, tokenizer: Any, start: int) -> torch.Tensor
     return torch.tensor(rows, dtype=torch.long).view(-1, 1 + N_AXES)
 
 
+def pair_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
+    """``[1, 5]`` for a yes/no spatial question: the position whose logits give the answer
+    (``answer_at``), then A's ranks and B's (across, down); ``[0, 5]`` otherwise."""
+    named = named_shapes(item)
+    if len(named) != 2:
+        return torch.zeros((0, 1 + 2 * N_AXES), dtype=torch.long)
+    ranks = scenes.shape_ranks(item.scenes[0])
+    shapes = item.scenes[0].shapes
+    row = [answer_at, *(r for _, shape in named for r in ranks[shapes.index(shape)])]
+    return torch.tensor([row], dtype=torch.long)
+
+
 class NameHead(torch.nn.Module):
     """A linear head on the hidden state after language-model layer ``layer``, read at the
-    name tokens of :func:`name_labels`: the named shape's rank across and down."""
+    positions of its labels (:func:`name_labels`, or :func:`pair_labels` with ``slots`` =
+    2): the ranks across and down of each of ``slots`` shapes."""
 
-    def __init__(self, width: int, weight: float, layer: int) -> None:
+    def __init__(self, width: int, weight: float, layer: int, slots: int = 1) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(width, N_AXES * scenes.MAX_SHAPES)
+        self.ranks = slots * N_AXES
+        self.proj = torch.nn.Linear(width, self.ranks * scenes.MAX_SHAPES)
         torch.nn.init.zeros_(self.proj.weight)
         torch.nn.init.zeros_(self.proj.bias)
         self.weight = weight
@@ -66,11 +82,11 @@ class NameHead(torch.nn.Module):
     def loss(
         self, hidden: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Cross-entropy of both ranks over the names, times ``weight``, and how many names
-        have both right. ``hidden``: ``[batch, tokens, width]``; ``labels``: ``[names, 4]``
-        (row in the batch, position, rank across, rank down)."""
+        """Cross-entropy of the ranks over the labelled positions, times ``weight``, and how
+        many positions have every rank right. ``hidden``: ``[batch, tokens, width]``;
+        ``labels``: ``[positions, 2 + slots x 2]`` (row in the batch, position, ranks)."""
         states = hidden[labels[:, 0], labels[:, 1]].float()
-        logits = self.proj(states).view(-1, N_AXES, scenes.MAX_SHAPES)
+        logits = self.proj(states).view(-1, self.ranks, scenes.MAX_SHAPES)
         ranks = labels[:, 2:]
         if len(labels) == 0:
             loss = logits.sum()  # zero, and still part of the graph

@@ -141,6 +141,7 @@ class Encoder:
         turns = [(item.question, item.answer), *item.follow_ups]
         id_list, label_list = self._conversation(turns, per_image)
         question_start = len(self.template[0]) + sum(n + 2 for n in per_image)
+        answer_at = next(i for i, label in enumerate(label_list) if label != IGNORE) - 1
         ids, labels = torch.tensor(id_list), torch.tensor(label_list)
         mm = (ids == modelcfg.IMAGE_PAD_ID).long()
         positions, _ = self.rope.get_rope_index(
@@ -162,6 +163,7 @@ class Encoder:
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
             "name_labels": names.name_labels(item, self.processor.tokenizer, question_start),
+            "pair_labels": names.pair_labels(item, answer_at),
         }
 
 
@@ -318,13 +320,16 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "kind": [r["kind"] for r in rows],
         "lang": [r["lang"] for r in rows],
         "yes_no": [r["yes_no"] for r in rows],
-        "name_labels": torch.cat(
-            [
-                torch.cat([torch.full((len(r["name_labels"]), 1), i), r["name_labels"]], 1)
-                for i, r in enumerate(rows)
-            ]
-        ),
+        "name_labels": with_rows(rows, "name_labels"),
+        "pair_labels": with_rows(rows, "pair_labels"),
     }
+
+
+def with_rows(rows: list[dict[str, Any]], key: str) -> torch.Tensor:
+    """The rows' ``key`` labels in one tensor, each prefixed with its row's index."""
+    return torch.cat(
+        [torch.cat([torch.full((len(r[key]), 1), i), r[key]], 1) for i, r in enumerate(rows)]
+    )
 
 
 class SceneBatches(IterableDataset[Batch]):
@@ -563,12 +568,15 @@ def forward_logits(
     return forward_parts(model, batch, fast=fast, amp=amp, attention=attention).logits
 
 
+LanguageHeads = tuple[tuple[str, names.NameHead], ...]  # (batch key, head) pairs
+
+
 class Parts(NamedTuple):
     """What :func:`forward_parts` returns."""
 
     logits: torch.Tensor
     feats: torch.Tensor | None  # the merged visual tokens (None on the stock path)
-    hidden: torch.Tensor | None  # the hidden state after ``hidden_layer``, when asked
+    hidden: tuple[torch.Tensor, ...] | None  # the embeddings and each layer's output
 
 
 def forward_parts(
@@ -579,11 +587,11 @@ def forward_parts(
     amp: bool = True,
     attention: PaddedAttention | None = None,
     vision_grad: float = 1.0,
-    hidden_layer: int | None = None,
+    hidden: bool = False,
 ) -> Parts:
     """:func:`forward_logits` plus the merged visual tokens (the vision tower's output;
-    None on the stock path) and, on the fast path with ``hidden_layer``, the language
-    model's hidden state after that layer (0: the embeddings). ``vision_grad`` scales the
+    None on the stock path) and, on the fast path with ``hidden``, the language
+    model's hidden states (0: the embeddings, then after each layer). ``vision_grad`` scales the
     LM loss's gradient into the vision tower (the forward values are unchanged)."""
     device_type = batch["input_ids"].device.type
     # bf16 autocast on the GPU; on the CPU (probes, tests) plain fp32 is faster
@@ -614,10 +622,9 @@ def forward_parts(
             attention_mask=None,
             position_ids=batch["position_ids"],
             use_cache=False,
-            output_hidden_states=hidden_layer is not None,
+            output_hidden_states=hidden,
         )
-        hidden = None if hidden_layer is None else out.hidden_states[hidden_layer]
-        return Parts(out.logits, feats, hidden)
+        return Parts(out.logits, feats, out.hidden_states if hidden else None)
 
 
 def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
@@ -765,7 +772,7 @@ def evaluate(
     device: torch.device,
     attention: PaddedAttention,
     aux: AuxHead | None = None,
-    name_head: names.NameHead | None = None,
+    heads: LanguageHeads = (),
 ) -> dict[str, Any]:
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     loss_sum = 0.0
@@ -777,15 +784,14 @@ def evaluate(
     model.eval()
     with torch.no_grad():
         for batch in batches:
-            layer = None if name_head is None else name_head.layer
             logits, feats, hidden = forward_parts(
-                model, batch, attention=attention, hidden_layer=layer
+                model, batch, attention=attention, hidden=bool(heads)
             )
             loss_sum += float(answer_loss(logits, batch["labels"]))
-            if name_head is not None and hidden is not None:
-                _, stats = name_head.loss(hidden, batch["name_labels"])
+            for key, head in heads:
+                _, stats = head.loss(hidden[head.layer], batch[key])  # type: ignore[index]
                 for k, v in stats.items():
-                    probe[k] = probe.get(k, 0) + int(v)
+                    probe[f"{key}:{k}"] = probe.get(f"{key}:{k}", 0) + int(v)
             if aux is not None and feats is not None:
                 _, stats = aux.loss(feats, batch["vision_labels"])
                 for k, v in stats.items():
@@ -823,8 +829,9 @@ def evaluate(
             }
         if ranks:  # covered tokens whose two ranks are right
             result["token_acc"]["rank"] = round(probe["rank_hit"] / max(1, probe["ranked"]), 4)
-    if probe.get("names"):  # names whose shape's two ranks the name head reads right
-        result["name_rank"] = round(probe["name_hit"] / probe["names"], 4)
+    for key, _ in heads:  # labelled positions whose every rank the head reads right
+        if probe[f"{key}:names"]:
+            result[key] = round(probe[f"{key}:name_hit"] / probe[f"{key}:names"], 4)
     return result | {"n": hits["all"][1]}
 
 
@@ -984,6 +991,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the name head reads",
     )
     p.add_argument(
+        "--pair-weight",
+        type=float,
+        default=0.0,
+        help="weight of the pair head (at the position that answers a yes/no spatial "
+        "question, a language-model layer says both named shapes' ranks); 0: off",
+    )
+    p.add_argument(
+        "--pair-layer",
+        type=int,
+        default=4,
+        help="the language-model layer whose output the pair head reads",
+    )
+    p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
     )
     p.add_argument(
@@ -1084,16 +1104,16 @@ def make_optimizer(
     weight_decay: float,
     aux: AuxHead | None = None,
     vision_lr_mult: float = 1.0,
-    name_head: names.NameHead | None = None,
+    heads: LanguageHeads = (),
 ) -> torch.optim.Optimizer:
     """AdamW; no decay on norms/embeddings/biases; ``visual`` (and the auxiliary head) at
-    ``vision_lr_mult`` times the learning rate (each group's ``lr_scale``); the name head
-    at the language model's."""
+    ``vision_lr_mult`` times the learning rate (each group's ``lr_scale``); the language
+    model's heads (:mod:`names`) at its rate."""
     params = list(model.named_parameters())
     if aux is not None:
         params += [("visual.aux." + n, p) for n, p in aux.named_parameters()]
-    if name_head is not None:
-        params += [("name_head." + n, p) for n, p in name_head.named_parameters()]
+    for key, head in heads:
+        params += [(f"{key}.{n}", p) for n, p in head.named_parameters()]
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = defaultdict(list)
     for name, param in params:
         decays = param.ndim >= 2 and "embed" not in name
@@ -1140,7 +1160,7 @@ class StepResult(NamedTuple):
     grad_norm: torch.Tensor  # the language model's (and the rest outside the vision tower)
     vision_grad_norm: torch.Tensor
     skipped: torch.Tensor  # 1.0 when a gradient was non-finite and the update skipped
-    name_loss: torch.Tensor  # the name head's (weighted; 0 without one)
+    name_loss: torch.Tensor  # the language model's heads' (weighted; 0 without them)
 
 
 def train_step(
@@ -1149,28 +1169,27 @@ def train_step(
     batch: Batch,
     attention: PaddedAttention,
     aux: AuxHead,
-    name_head: names.NameHead | None = None,
+    heads: LanguageHeads = (),
 ) -> StepResult:
     """Forward, the answer and auxiliary losses, backward, the gradients of the language
     model, the vision tower and the head clipped apart (a large auxiliary gradient in the
     tower must not shrink the language model's update, nor the head's the model's), and
     the update unless a gradient is non-finite. The fused optimizer skips it on the device
     (its ``found_inf`` input, as ``GradScaler`` uses it), so the host never waits here."""
-    layer = None if name_head is None else name_head.layer
-    logits, feats, hidden = forward_parts(model, batch, attention=attention, hidden_layer=layer)
+    logits, feats, hidden = forward_parts(model, batch, attention=attention, hidden=bool(heads))
     assert feats is not None
     lm_loss = answer_loss(logits, batch["labels"])
     aux_loss, _ = aux.loss(feats, batch["vision_labels"])
     name_loss = torch.zeros((), device=lm_loss.device)
-    if name_head is not None and hidden is not None:
-        name_loss, _ = name_head.loss(hidden, batch["name_labels"])
+    for key, head in heads:
+        name_loss = name_loss + head.loss(hidden[head.layer], batch[key])[0]  # type: ignore[index]
     opt.zero_grad(set_to_none=True)
     (lm_loss + aux_loss + name_loss).backward()  # type: ignore[no-untyped-call]
     vision, rest = split_parameters(model)
     norm = torch.nn.utils.clip_grad_norm_(rest, 1.0)
     vision_norm = torch.nn.utils.clip_grad_norm_(vision, 1.0)
-    heads = [*aux.parameters(), *([] if name_head is None else name_head.parameters())]
-    head_norm = torch.nn.utils.clip_grad_norm_(heads, 1.0)
+    head_params = [*aux.parameters(), *(p for _, head in heads for p in head.parameters())]
+    head_norm = torch.nn.utils.clip_grad_norm_(head_params, 1.0)
     finite = torch.isfinite(norm) & torch.isfinite(vision_norm) & torch.isfinite(head_norm)
     skipped = (~finite).float()
     opt.found_inf = skipped  # type: ignore[attr-defined]
@@ -1199,9 +1218,7 @@ def run(args: argparse.Namespace) -> None:
     hidden = model.config.text_config.hidden_size
     aux = AuxHead(hidden, args.aux_weight, args.relation_weight, args.rank_weight)
     aux = aux.to(device)
-    name_head = None
-    if args.name_weight > 0:
-        name_head = names.NameHead(hidden, args.name_weight, args.name_layer).to(device)
+    heads = language_heads(args, hidden, device)
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [
         to_device(b, device)
@@ -1209,8 +1226,19 @@ def run(args: argparse.Namespace) -> None:
     ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))
     attention.enable(True)
-    opt = make_optimizer(model, args.lr, args.weight_decay, aux, args.vision_lr_mult, name_head)
-    train_loop(model, opt, batches, held, args, device, attention, aux, name_head)
+    opt = make_optimizer(model, args.lr, args.weight_decay, aux, args.vision_lr_mult, heads)
+    train_loop(model, opt, batches, held, args, device, attention, aux, heads)
+
+
+def language_heads(args: argparse.Namespace, width: int, device: torch.device) -> LanguageHeads:
+    """The name and pair heads the arguments ask for, each with its batch key."""
+    heads = []
+    if args.name_weight > 0:
+        heads.append(("name_labels", names.NameHead(width, args.name_weight, args.name_layer)))
+    if args.pair_weight > 0:
+        pair = names.NameHead(width, args.pair_weight, args.pair_layer, slots=2)
+        heads.append(("pair_labels", pair))
+    return tuple((key, head.to(device)) for key, head in heads)
 
 
 def train_loop(
@@ -1222,7 +1250,7 @@ def train_loop(
     device: torch.device,
     attention: PaddedAttention,
     aux: AuxHead,
-    name_head: names.NameHead | None = None,
+    heads: LanguageHeads = (),
 ) -> None:
     """The schedule's progress is the larger of steps done and wall time used, so the
     cosine decay completes within ``--max-minutes`` whatever the throughput."""
@@ -1241,7 +1269,7 @@ def train_loop(
         for group in opt.param_groups:
             lr = lr_at(step, progress, args.lr, args.warmup, span=args.schedule_span)
             group["lr"] = group["lr_scale"] * lr
-        update = train_step(model, opt, batch, attention, aux, name_head)
+        update = train_step(model, opt, batch, attention, aux, heads)
         skipped = skipped + update.skipped
         last = step == args.steps - 1 or progress >= 1.0
         row_loss = update.lm_loss.item() if step % 10 == 0 else 0.0
@@ -1262,7 +1290,7 @@ def train_loop(
             log.info("train %s", json.dumps(row))
             metrics.write(json.dumps({"train": row}) + "\n")
         if step % args.eval_every == 0 or last:
-            result = evaluate(model, held, device, attention, aux, name_head)
+            result = evaluate(model, held, device, attention, aux, heads)
             result |= {"step": step, "elapsed_s": round(elapsed, 1)}
             log.info("eval %s", json.dumps(result, ensure_ascii=False))
             metrics.write(json.dumps({"eval": result}, ensure_ascii=False) + "\n")

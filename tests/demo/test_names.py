@@ -103,8 +103,9 @@ def test_train_step_trains_the_language_model_through_the_name_head() -> None:
     grads = {}
     for weight in (0.0, 1.0):
         head.weight = weight
-        opt = train.make_optimizer(model, 0.0, 0.0, aux, name_head=head)
-        update = train.train_step(model, opt, batch, attention, aux, head)
+        heads = (("name_labels", head),)
+        opt = train.make_optimizer(model, 0.0, 0.0, aux, heads=heads)
+        update = train.train_step(model, opt, batch, attention, aux, heads)
         layers = model.model.language_model.layers
         grads[weight] = [
             p.grad.clone() for p in (layers[0].mlp.down_proj.weight, layers[1].mlp.down_proj.weight)
@@ -117,5 +118,22 @@ def test_train_step_trains_the_language_model_through_the_name_head() -> None:
     )
     assert first < 0.9, first  # layer 1 feeds the head
     assert second == pytest.approx(1.0, abs=1e-4)  # layer 2 comes after it
-    result = train.evaluate(model, [batch], torch.device("cpu"), attention, aux, head)
-    assert 0.0 <= result["name_rank"] <= 1.0
+    result = train.evaluate(model, [batch], torch.device("cpu"), attention, aux, heads)
+    assert 0.0 <= result["name_labels"] <= 1.0
+
+
+def test_the_pair_head_reads_both_ranks_where_a_yes_no_answer_is_given() -> None:
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    for lang in scenes.LANGS:
+        for item in spatial(lang, 1.0, 6):
+            row = encode(item)
+            ((position, *ranks),) = row["pair_labels"].tolist()
+            assert row["labels"][position] == train.IGNORE
+            assert row["labels"][position + 1] != train.IGNORE  # the answer's first token
+            assert ranks == [r for label in row["name_labels"].tolist() for r in label[1:]]
+        for item in spatial(lang, 0.0, 3):  # the "which" form names one shape
+            assert encode(item)["pair_labels"].shape == (0, 5)
+    head = names.NameHead(8, weight=1.0, layer=4, slots=2)
+    loss, stats = head.loss(torch.randn(1, 3, 8), torch.tensor([[0, 2, 0, 1, 4, 5]]))
+    assert float(loss.detach()) == pytest.approx(math.log(scenes.MAX_SHAPES))
+    assert int(stats["names"]) == 1 and int(stats["name_hit"]) == 0

@@ -474,9 +474,7 @@ def test_held_out_score_splits_yes_no_questions_by_the_right_answer_and_language
     ]
     assert 0 < sum(wrong) < batch["yes_no"].count("spatial: yes")
 
-    def right_but_english_spatial_yes(
-        model: object, b: train.Batch, **_: object
-    ) -> train.Parts:
+    def right_but_english_spatial_yes(model: object, b: train.Batch, **_: object) -> train.Parts:
         target = b["labels"][:, 1:].clamp(min=0)
         logits = F.one_hot(target, modelcfg.VOCAB_SIZE).float()
         for row, off in enumerate(wrong):

@@ -27,7 +27,7 @@ import argparse
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -94,12 +94,28 @@ def probe_ranks(args: argparse.Namespace) -> None:
         log.info("rank %s: probe accuracy %.3f on %d covered tokens", name, accuracy, len(x))
 
 
-def probe_answer(args: argparse.Namespace) -> None:
-    model, encode = load(args.weights), train.Encoder(train.WEIGHTS)
+class YesNo(NamedTuple):
+    """The model, the encoder, the token ids of yes and no (both languages) and the yes/no
+    questions among the first ``--n`` spatial questions of set 7."""
+
+    model: Any
+    encode: train.Encoder
+    yes: list[int]
+    no: list[int]
+    items: list[scenes.Sample]
+
+
+def yes_no_questions(args: argparse.Namespace) -> YesNo:
+    encode = train.Encoder(train.WEIGHTS)
     tokens = encode.processor.tokenizer
     yes = [tokens(w)["input_ids"][0] for w in ("yes", "是")]
     no = [tokens(w)["input_ids"][0] for w in ("no", "否")]
     items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
+    return YesNo(load(args.weights), encode, yes, no, items)
+
+
+def probe_answer(args: argparse.Namespace) -> None:
+    model, encode, yes, no, items = yes_no_questions(args)
     states, truth, right = [], [], []
     for item in items:
         inputs, _ = prompt_inputs(encode, item)
@@ -195,11 +211,7 @@ def error_keys(item: scenes.Sample) -> dict[str, str]:
 
 
 def probe_errors(args: argparse.Namespace) -> None:
-    model, encode = load(args.weights), train.Encoder(train.WEIGHTS)
-    tokens = encode.processor.tokenizer
-    yes = [tokens(w)["input_ids"][0] for w in ("yes", "是")]
-    no = [tokens(w)["input_ids"][0] for w in ("no", "否")]
-    items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
+    model, encode, yes, no, items = yes_no_questions(args)
     tally: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for item in items:
         inputs, _ = prompt_inputs(encode, item)

@@ -851,10 +851,25 @@ def lr_at(
     warm-up over its first ``warmup`` steps towards the schedule's value. A schedule spread
     over several device calls (``--schedule-span 0,0.5`` then ``0.5,1``) thus continues
     where the last call ended instead of climbing back to its peak."""
-    start, end = span
-    overall = start + (end - start) * min(1.0, progress)
+    overall = schedule_progress(progress, span)
     value = peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * overall)))
     return value * min(1.0, (step + 1) / warmup) if warmup > 0 else value
+
+
+def schedule_progress(progress: float, span: tuple[float, float]) -> float:
+    """The whole schedule's progress when this run (one of several calls, ``span``) is at
+    ``progress`` of its own."""
+    start, end = span
+    return start + (end - start) * min(1.0, progress)
+
+
+def group_scale(group: dict[str, Any], overall: float, freeze_vision_at: float | None) -> float:
+    """A parameter group's share of the learning rate at ``overall`` (the whole schedule's
+    progress, across ``--schedule-span`` calls): its ``lr_scale``, and 0 for the vision
+    tower and its head from ``freeze_vision_at`` on (the tower frozen for the run's last
+    phase, when the language model learned the spatial yes/no form in runs 21 and 29)."""
+    frozen = freeze_vision_at is not None and overall >= freeze_vision_at
+    return 0.0 if frozen and group["vision"] else float(group["lr_scale"])
 
 
 def seed_everything(seed: int) -> None:
@@ -1007,6 +1022,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
     )
     p.add_argument(
+        "--freeze-vision-at",
+        type=parse_share,
+        default=None,
+        help="from this share of the whole schedule on (0 to 1, across --schedule-span "
+        "calls), the vision tower and its head stop learning (default: never)",
+    )
+    p.add_argument(
         "--max-pixels",
         type=int,
         default=None,
@@ -1123,6 +1145,7 @@ def make_optimizer(
             "params": ps,
             "weight_decay": weight_decay if decays else 0.0,
             "lr_scale": vision_lr_mult if vision else 1.0,
+            "vision": vision,
         }
         for (decays, vision), ps in sorted(groups.items())
     ]
@@ -1266,9 +1289,10 @@ def train_loop(
         wait += time.time() - t0
         elapsed = time.time() - start
         progress = max(step / args.steps, elapsed / budget)
+        overall = schedule_progress(progress, args.schedule_span)
         for group in opt.param_groups:
             lr = lr_at(step, progress, args.lr, args.warmup, span=args.schedule_span)
-            group["lr"] = group["lr_scale"] * lr
+            group["lr"] = group_scale(group, overall, args.freeze_vision_at) * lr
         update = train_step(model, opt, batch, attention, aux, heads)
         skipped = skipped + update.skipped
         last = step == args.steps - 1 or progress >= 1.0

@@ -490,3 +490,62 @@ def test_held_out_score_splits_yes_no_questions_by_the_right_answer_and_language
     assert acc["spatial: no"] == acc["exists: yes"] == acc["exists: no"] == acc["exists"] == 1.0
     assert acc["exists: yes, en"] == acc["exists: no, zh"] == 1.0
     assert acc["all"] == pytest.approx(1 - sum(wrong) / len(wrong), abs=1e-4)
+
+
+def test_the_tower_freezes_from_its_share_of_the_whole_schedule() -> None:
+    torch.manual_seed(0)
+    model = train.build_model(torch.device("cpu"), None)
+    aux = train.AuxHead(model.config.text_config.hidden_size, 1.0)
+    opt = train.make_optimizer(model, 1e-3, 0.05, aux, vision_lr_mult=0.5)
+    vision = [g for g in opt.param_groups if g["vision"]]
+    rest = [g for g in opt.param_groups if not g["vision"]]
+    assert vision and rest
+    assert {id(p) for g in vision for p in g["params"]} == {
+        *(id(p) for p in model.model.visual.parameters()),
+        *(id(p) for p in aux.parameters()),
+    }
+    for overall, tower in ((0.0, 0.5), (0.69, 0.5), (0.7, 0.0), (1.0, 0.0)):
+        assert [train.group_scale(g, overall, 0.7) for g in vision] == [tower] * len(vision)
+        assert [train.group_scale(g, overall, 0.7) for g in rest] == [1.0] * len(rest)
+    assert train.group_scale(vision[0], 1.0, None) == 0.5  # never frozen by default
+    args = train.parse_args(["--out", "/tmp/x", "--freeze-vision-at", "0.7"])
+    assert args.freeze_vision_at == 0.7
+    with pytest.raises(SystemExit):
+        train.parse_args(["--out", "/tmp/x", "--freeze-vision-at", "1.5"])
+
+
+def test_a_run_with_the_tower_frozen_from_the_start_keeps_it(tmp_path: Path) -> None:
+    """The whole loop on the CPU, three steps: the saved tower is the initial one, the
+    language model moved, and the log's clock is the run's."""
+    import json
+
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    torch.manual_seed(0)
+    train.build_model(torch.device("cpu"), None).save_pretrained(str(tmp_path / "init"))
+    out = tmp_path / "run"
+    train.main(
+        [
+            *("--out", str(out), "--init", str(tmp_path / "init"), "--device", "cpu"),
+            *("--steps", "3", "--batch", "2", "--workers", "1", "--eval-n", "4"),
+            *("--lr", "1e-2", "--warmup", "1"),
+            *("--max-pixels", "28224", "--log-every", "1", "--freeze-vision-at", "0"),
+            *("--name-weight", "1", "--pair-weight", "1", "--kinds", "spatial"),
+        ]
+    )
+    before = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tmp_path / "init"))
+    after = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(out / "model"))
+    saved = dict(after.named_parameters())
+    moved = {  # the checkpoint is bf16: compare at that precision
+        name: not torch.equal(param.bfloat16(), saved[name].bfloat16())
+        for name, param in before.named_parameters()
+    }
+    tower = [m for name, m in moved.items() if name.startswith("model.visual.")]
+    rest = [m for name, m in moved.items() if not name.startswith("model.visual.")]
+    assert tower and not any(tower)
+    assert sum(rest) >= 0.9 * len(rest), sum(rest)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["train"] for r in rows if "train" in r]
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    assert all(0.0 <= s["elapsed_s"] < 600 for s in steps)
+    assert any("eval" in r and "pair_labels" in r["eval"] for r in rows)

@@ -182,11 +182,6 @@ def relation_of(item: scenes.Sample) -> str:
     return next(rel for rel in scenes.RELATIONS if words[rel] in item.question)
 
 
-def look_alikes(scene: scenes.Scene, s: scenes.Shape) -> int:
-    """Other shapes sharing ``s``'s colour or its kind."""
-    return sum(1 for o in scene.shapes if o is not s and (o.colour == s.colour or o.kind == s.kind))
-
-
 def error_keys(item: scenes.Sample) -> dict[str, str]:
     """The properties :func:`probe_errors` splits by."""
     a, b = named_shapes(item)
@@ -198,7 +193,7 @@ def error_keys(item: scenes.Sample) -> dict[str, str]:
     other = abs((a.cy - b.cy) if across else (a.cx - b.cx)) / (
         scene.height if across else scene.width
     )
-    alike = look_alikes(scene, a) + look_alikes(scene, b)
+    alike = names.look_alikes(item)
     return {
         "answer": "yes" if item.answer in ("yes", "是") else "no",
         "lang": item.lang,

@@ -40,29 +40,49 @@ def named_shapes(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
     return sorted(found, key=lambda pair: pair[0])
 
 
+def look_alikes(item: scenes.Sample) -> int:
+    """For each shape a spatial question names, the other shapes of the scene that share
+    its colour or its kind, summed (a shape like both named ones counts twice)."""
+    scene = item.scenes[0]
+    return sum(
+        1
+        for _, named in named_shapes(item)
+        for other in scene.shapes
+        if other is not named and (other.colour == named.colour or other.kind == named.kind)
+    )
+
+
+def _named_ranks(item: scenes.Sample) -> list[tuple[int, tuple[int, int]]]:
+    """:func:`named_shapes` with each shape's ranks (across, down) in place of it."""
+    named = named_shapes(item)
+    if not named:
+        return []
+    scene = item.scenes[0]
+    ranks = scenes.shape_ranks(scene)
+    return [(end, ranks[scene.shapes.index(shape)]) for end, shape in named]
+
+
 def name_labels(item: scenes.Sample, tokenizer: Any, start: int) -> torch.Tensor:
     """``[names, 3]``: per named shape, the position of the token holding the last
     character of its name (``start``: the question's first token in the sample's ids) and
     the shape's two ranks."""
-    offsets = tokenizer(item.question, return_offsets_mapping=True)["offset_mapping"]
-    ranks = scenes.shape_ranks(item.scenes[0])
+    named = _named_ranks(item)
     rows = []
-    for end, shape in named_shapes(item):
-        token = next(i for i, (lo, hi) in enumerate(offsets) if lo < end <= hi)
-        rows.append([start + token, *ranks[item.scenes[0].shapes.index(shape)]])
+    if named:  # the question's offsets: one more tokenizer call, spatial samples only
+        offsets = tokenizer(item.question, return_offsets_mapping=True)["offset_mapping"]
+        for end, ranks in named:
+            token = next(i for i, (lo, hi) in enumerate(offsets) if lo < end <= hi)
+            rows.append([start + token, *ranks])
     return torch.tensor(rows, dtype=torch.long).view(-1, 1 + N_AXES)
 
 
 def pair_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
     """``[1, 5]`` for a yes/no spatial question: the position whose logits give the answer
     (``answer_at``), then A's ranks and B's (across, down); ``[0, 5]`` otherwise."""
-    named = named_shapes(item)
+    named = _named_ranks(item)
     if len(named) != 2:
         return torch.zeros((0, 1 + 2 * N_AXES), dtype=torch.long)
-    ranks = scenes.shape_ranks(item.scenes[0])
-    shapes = item.scenes[0].shapes
-    row = [answer_at, *(r for _, shape in named for r in ranks[shapes.index(shape)])]
-    return torch.tensor([row], dtype=torch.long)
+    return torch.tensor([[answer_at, *(r for _, ranks in named for r in ranks)]])
 
 
 class NameHead(torch.nn.Module):

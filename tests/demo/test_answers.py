@@ -94,25 +94,13 @@ SPATIAL_WHICH = first_spatial(set(scenes.SHAPES) | set(scenes.SHAPE_ZH.values())
 SPATIAL_YES = first_spatial({scenes.TRUE["en"], scenes.TRUE["zh"]})
 
 
-def look_alikes(item: scenes.Sample) -> int:
-    """Shapes other than the two a yes/no question names that share a colour or a kind
-    with one of them (run 22 was wrong on 3 in 10 of those with three or more)."""
-    named = [shape for _, shape in names.named_shapes(item)]
-    return sum(
-        1
-        for other in item.scenes[0].shapes
-        for shape in named
-        if other not in named and (other.colour == shape.colour or other.kind == shape.kind)
-    )
-
-
 def crowded_yes_no() -> list[scenes.Sample]:
     """Per language and right answer, the first yes/no spatial question past FIXED's with
-    three look-alikes or more."""
+    three look-alikes or more (run 22 was wrong on 3 in 10 of those)."""
     pool = [
         s
         for s in scenes.held_out(800, seed=1)[len(FIXED) :]
-        if s.kind == "spatial" and s.answer in YES_NO and look_alikes(s) >= 3
+        if s.kind == "spatial" and s.answer in YES_NO and names.look_alikes(s) >= 3
     ]
     return [
         next(s for s in pool if s.lang == lang and s.answer == answers[lang])

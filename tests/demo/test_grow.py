@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -25,8 +25,8 @@ def logits(model: Any, batch: train.Batch) -> torch.Tensor:
         return train.forward_logits(model, batch, fast=False, amp=False)
 
 
-DEPTH = modelcfg.TEXT["num_hidden_layers"]
-WIDTH = modelcfg.TEXT["intermediate_size"]
+DEPTH = cast(int, modelcfg.TEXT["num_hidden_layers"])
+WIDTH = cast(int, modelcfg.TEXT["intermediate_size"])
 
 
 def test_inserted_layers_change_nothing_the_model_computes(batches: list[train.Batch]) -> None:

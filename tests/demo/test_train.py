@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -517,8 +518,6 @@ def test_the_tower_freezes_from_its_share_of_the_whole_schedule() -> None:
 def test_a_run_with_the_tower_frozen_from_the_start_keeps_it(tmp_path: Path) -> None:
     """The whole loop on the CPU, three steps: the saved tower is the initial one, the
     language model moved, and the log's clock is the run's."""
-    import json
-
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     torch.manual_seed(0)

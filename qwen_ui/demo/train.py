@@ -202,10 +202,11 @@ def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
     of :func:`rank_labels`. ``grid_h``/``grid_w`` are the image's patch grid
     (``image_grid_thw``)."""
     n_colours = len(scenes.COLOURS)
-    blocks = _block_codes(scene, grid_h, grid_w)
-    counts = _block_counts(blocks[..., 0], N_JOINT)
-    best = counts[:, 1:].argmax(1)
-    covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
+    counts = _index_counts(scene, grid_h, grid_w)
+    joint = torch.zeros(counts.shape[0], N_JOINT, dtype=torch.long)
+    joint.index_add_(1, _joint_of_index(scene), counts)
+    best = joint[:, 1:].argmax(1)
+    covered = joint[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
     shape = torch.where(covered, best // n_colours + 1, 0)
     colour = torch.where(covered, best % n_colours + 1, 0)
     centres = centre_labels(scene, grid_h, grid_w)
@@ -213,44 +214,53 @@ def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
         [
             torch.stack([shape, colour, centres], dim=1),
             relation_labels(scene, grid_h, grid_w),
-            rank_labels(scene, blocks[..., 1]),
+            rank_labels(scene, counts),
         ],
         dim=1,
     )
 
 
-def _block_codes(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
-    """Per merged token, its ``BLOCK`` x ``BLOCK`` pixels (after the processor's resize)
-    as two codes: the joint class of the shape drawn there and 1 + that shape's index in
-    ``scene.shapes`` (0, 0 on the background); ``[tokens, BLOCK * BLOCK, 2]``."""
-    mask = Image.new("RGB", (scene.width, scene.height), (0, 0, 0))
+INDEX_CODES = scenes.MAX_SHAPES + 1  # per pixel: 0 = background, else 1 + the shape's index
+
+
+def _index_counts(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
+    """Per merged token, how many of its ``BLOCK`` x ``BLOCK`` pixels (after the processor's
+    resize) each shape covers: ``[tokens, INDEX_CODES]``, column 0 the background, column
+    ``i + 1`` ``scene.shapes[i]`` (drawn in order, so a later shape hides an earlier one)."""
+    mask = Image.new("L", (scene.width, scene.height), 0)
     draw = ImageDraw.Draw(mask)
     for i, s in enumerate(scene.shapes):
-        scenes._draw_shape(draw, replace(s, rgb=(joint_code(s), i + 1, 0)))
+        scenes._draw_shape(draw, replace(s, rgb=(i + 1,)))
     resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
     codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
-    codes = codes.view(grid_h * PATCH, grid_w * PATCH, 3)[..., :2].long()
-    blocks = codes.view(grid_h // MERGE, BLOCK, grid_w // MERGE, BLOCK, 2).permute(0, 2, 1, 3, 4)
-    return blocks.reshape(-1, BLOCK * BLOCK, 2)
+    tokens = (grid_h // MERGE) * (grid_w // MERGE)
+    keys = _pixel_tokens(grid_h, grid_w) + codes
+    return torch.bincount(keys, minlength=tokens * INDEX_CODES).view(tokens, INDEX_CODES)
 
 
-def _block_counts(codes: torch.Tensor, n: int) -> torch.Tensor:
-    """Per row of ``codes`` (``[tokens, pixels]``, values below ``n``), how many pixels
-    hold each value: ``[tokens, n]``."""
-    offsets = torch.arange(codes.shape[0])[:, None] * n
-    counts = torch.bincount((codes + offsets).reshape(-1), minlength=codes.shape[0] * n)
-    return counts.view(-1, n)
+@functools.lru_cache(maxsize=512)
+def _pixel_tokens(grid_h: int, grid_w: int) -> torch.Tensor:
+    """Per resized pixel (raster order), ``INDEX_CODES`` x the merged token holding it."""
+    rows = torch.arange(grid_h * PATCH) // BLOCK
+    cols = torch.arange(grid_w * PATCH) // BLOCK
+    return ((rows[:, None] * (grid_w // MERGE) + cols[None, :]) * INDEX_CODES).view(-1)
 
 
-def rank_labels(scene: scenes.Scene, index_blocks: torch.Tensor) -> torch.Tensor:
+def _joint_of_index(scene: scenes.Scene) -> torch.Tensor:
+    """The joint class (:func:`joint_code`) of each column of :func:`_index_counts`."""
+    codes = [0, *(joint_code(s) for s in scene.shapes)]
+    return torch.tensor(codes + [0] * (INDEX_CODES - len(codes)))
+
+
+def rank_labels(scene: scenes.Scene, counts: torch.Tensor) -> torch.Tensor:
     """Per merged token, the two ranks (:func:`scenes.shape_ranks`: across, down) of the shape
     covering most of its block when it covers at least a quarter, else -1 (no label), so
     that every token of a shape carries where it stands among the others, a number the
-    language model can compare between two named shapes. ``index_blocks``: per token,
-    1 + the shape index drawn at each pixel (:func:`_block_codes`)."""
-    counts = _block_counts(index_blocks, len(scene.shapes) + 1)
-    best = counts[:, 1:].argmax(1)
-    covered = counts[:, 1:].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
+    language model can compare between two named shapes. ``counts``: per token, the pixels
+    of each shape (:func:`_index_counts`)."""
+    n = len(scene.shapes)
+    best = counts[:, 1 : n + 1].argmax(1)
+    covered = counts[:, 1 : n + 1].gather(1, best[:, None])[:, 0] * 4 >= BLOCK * BLOCK
     ranks = torch.tensor(scenes.shape_ranks(scene), dtype=torch.long).view(-1, N_RANK)
     return torch.where(covered[:, None], ranks[best], -1)
 

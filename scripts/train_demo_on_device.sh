@@ -10,8 +10,9 @@
 # To spread one learning-rate schedule over several calls, add --schedule-span 0,0.5 to
 # the first and --schedule-span 0.5,1 to the next.
 #
-# Writes under $OUT at most 4 files (the device returns 8): the model's shards, the
-# shard index and metrics.jsonl; the log (warnings dropped) goes to /tmp/train.log.
+# Writes under $OUT at most 6 files (the device returns 8): the model's shards, the
+# shard index, heads.pt (the training-only heads, for --init-heads in a next call) and
+# metrics.jsonl; the log (warnings dropped) goes to /tmp/train.log.
 # Uses the device's preinstalled torch and transformers: keep PYTHONPATH clear of the
 # benches' unpacked site folder.
 set -uo pipefail
@@ -21,15 +22,20 @@ if [[ " $* " != *" --seed "* && " $* " != *" --seed="* ]]; then
     echo "pass --seed N, a new one for each run (it picks the training samples)" >&2
     exit 2
 fi
+init=(--init qwen_ui/demo/weights/bf16)
+args=()
+for a in "$@"; do
+    if [[ $a == --from-scratch ]]; then init=(); else args+=("$a"); fi
+done
 out=${OUT:-/tmp/out}
 run=/tmp/demo-run
 export PYTHONUNBUFFERED=1
 unset PYTHONPATH
 # the wall limit leaves a minute for start-up, the last evaluation and the save
 limit=$(python3 -c "print(int($minutes * 60 + 60))")
-timeout "$limit" python3 -m qwen_ui.demo.train --out "$run" --init qwen_ui/demo/weights/bf16 \
-    --steps 100000 --max-minutes "$minutes" --save-every-s 60 "$@" 2>&1 |
+timeout "$limit" python3 -m qwen_ui.demo.train --out "$run" "${init[@]}" \
+    --steps 100000 --max-minutes "$minutes" --save-every-s 60 "${args[@]}" 2>&1 |
     grep -v "Warning\|Writing model" >/tmp/train.log
 cp "$run"/model/*.safetensors "$run"/model/model.safetensors.index.json "$run"/metrics.jsonl \
-    "$out"/
+    "$run"/heads.pt "$out"/
 grep '"eval"' "$run"/metrics.jsonl | tail -n 3

@@ -889,11 +889,34 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def save(model: Any, out: Path, step: int) -> None:
-    """Save a bf16 copy (the stock forward; training keeps fp32 master weights)."""
+def save(
+    model: Any, out: Path, step: int, aux: AuxHead | None = None, heads: LanguageHeads = ()
+) -> None:
+    """Save a bf16 copy (the stock forward; training keeps fp32 master weights) and, beside
+    it, the training-only heads (``heads.pt``, fp32) that a run continued in another call
+    takes back with ``--init-heads``."""
     target = out / "model"
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(str(target), max_shard_size="12MB")
+    if aux is not None:
+        torch.save(head_states(aux, heads), out / HEADS_FILE)
     log.info("saved step %d to %s", step, target)
+
+
+HEADS_FILE = "heads.pt"
+
+
+def head_states(aux: AuxHead, heads: LanguageHeads) -> dict[str, dict[str, torch.Tensor]]:
+    """The training-only heads' weights, by name (``aux`` and each head's batch key)."""
+    return {"aux": aux.state_dict(), **{key: head.state_dict() for key, head in heads}}
+
+
+def load_heads(path: Path, aux: AuxHead, heads: LanguageHeads) -> None:
+    """The weights :func:`head_states` saved, into the heads this run has (a head the file
+    lacks keeps its zero start; one the run lacks is ignored)."""
+    states = torch.load(path, map_location="cpu", weights_only=True)
+    for key, head in (("aux", aux), *heads):
+        if key in states:
+            head.load_state_dict(states[key])
 
 
 def parse_kind_weights(text: str) -> dict[str, float]:
@@ -981,6 +1004,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-minutes", type=float, default=8.0)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--device", default="cuda")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the language-model layers and the vision blocks' norms and "
+        "MLPs (compile_parts)",
+    )
     p.add_argument(
         "--aux-weight",
         type=float,
@@ -1079,6 +1108,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         help="continue from this saved model folder (a new optimizer and schedule)",
+    )
+    p.add_argument(
+        "--init-heads",
+        type=Path,
+        default=None,
+        help="the training-only heads saved by an earlier call (OUT/heads.pt), for a run "
+        "spread over calls with --schedule-span",
     )
     p.add_argument(
         "--rope-theta",
@@ -1239,6 +1275,19 @@ def split_parameters(model: Any) -> tuple[list[torch.nn.Parameter], list[torch.n
     return vision, [p for p in model.parameters() if id(p) not in ids]
 
 
+def compile_parts(model: Any) -> None:
+    """``torch.compile`` (dynamic shapes: every batch has its own lengths) the pieces where
+    a step's kernels go (the fifth session's profile: norms, rotations, activations and
+    copies, two thirds of the device time): each language-model layer, and each vision
+    block's norms and MLP (its attention is the padded call, whose plans are looked up
+    per batch). Forward and backward are both compiled; the saved model is unchanged."""
+    for layer in model.model.language_model.layers:
+        layer.compile(dynamic=True)
+    for block in model.model.visual.blocks:
+        for part in (block.norm1, block.norm2, block.mlp):
+            part.compile(dynamic=True)
+
+
 def run(args: argparse.Namespace) -> None:
     seed_everything(args.seed)
     device = torch.device(args.device)
@@ -1252,6 +1301,8 @@ def run(args: argparse.Namespace) -> None:
     aux = AuxHead(hidden, args.aux_weight, args.relation_weight, args.rank_weight)
     aux = aux.to(device)
     heads = language_heads(args, hidden, device)
+    if args.init_heads is not None:
+        load_heads(args.init_heads, aux, heads)
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [
         to_device(b, device)
@@ -1259,6 +1310,8 @@ def run(args: argparse.Namespace) -> None:
     ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))
     attention.enable(True)
+    if args.compile:
+        compile_parts(model)
     opt = make_optimizer(model, args.lr, args.weight_decay, aux, args.vision_lr_mult, heads)
     train_loop(model, opt, batches, held, args, device, attention, aux, heads)
 
@@ -1331,7 +1384,7 @@ def train_loop(
             metrics.flush()
         if last or (time.time() - last_save > args.save_every_s and math.isfinite(row_loss)):
             attention.enable(False)
-            save(model, args.out, step)
+            save(model, args.out, step, aux, heads)
             attention.enable(True)
             last_save = time.time()
         if last:

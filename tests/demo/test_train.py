@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from collections import Counter
@@ -548,3 +549,61 @@ def test_a_run_with_the_tower_frozen_from_the_start_keeps_it(tmp_path: Path) -> 
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert all(0.0 <= s["elapsed_s"] < 600 for s in steps)
     assert any("eval" in r and "pair_labels" in r["eval"] for r in rows)
+
+
+def loop_args(out: Path, *extra: str) -> list[str]:
+    """train.py's options for a few CPU steps of the whole loop, every head on."""
+    return [
+        *("--out", str(out), "--device", "cpu", "--batch", "2", "--workers", "1"),
+        *("--eval-n", "4", "--warmup", "1", "--max-pixels", "28224", "--log-every", "1"),
+        *("--name-weight", "1", "--pair-weight", "1", "--kinds", "spatial"),
+        *extra,
+    ]
+
+
+# dynamo reads ``.grad`` of non-leaf tensors while tracing (its own warning, hidden outside
+# pytest's warnings-as-errors)
+COMPILE_WARNING = "ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning"
+
+
+@pytest.mark.filterwarnings(COMPILE_WARNING)
+def test_a_compiled_run_saves_its_heads_and_a_next_call_takes_them_back(tmp_path: Path) -> None:
+    """From scratch with ``--compile``: the saved heads are trained (not their zero start);
+    a continuing call at learning rate 0 loads them and saves them unchanged."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    train.main(loop_args(first, "--steps", "2", "--lr", "1e-2", "--compile"))
+    saved = torch.load(first / train.HEADS_FILE, weights_only=True)
+    assert set(saved) == {"aux", "name_labels", "pair_labels"}
+    assert all(t.abs().sum() > 0 for t in saved["aux"].values())
+    init = ("--init", str(first / "model"), "--init-heads", str(first / train.HEADS_FILE))
+    train.main(loop_args(second, "--steps", "1", "--lr", "0", *init))
+    again = torch.load(second / train.HEADS_FILE, weights_only=True)
+    for key, state in saved.items():
+        for name, tensor in state.items():
+            assert torch.equal(again[key][name], tensor), (key, name)
+
+
+@pytest.mark.filterwarnings(COMPILE_WARNING)
+def test_compiled_parts_train_as_the_eager_model_does() -> None:
+    """Two training steps from one fresh model, eager and with ``compile_parts``: the same
+    losses (fp32 on the CPU)."""
+    args = train.parse_args(loop_args(Path("/tmp/unused"), "--rank-weight", "2"))
+    dataset = train.SceneBatches(
+        args.processor_dir, 2, 3, ("spatial", "count"), 28224, 0.5, {}, 0.5
+    )
+    cpu = torch.device("cpu")
+    batches = [train.to_device(b, cpu) for b in itertools.islice(iter(dataset), 2)]
+    losses = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = train.build_model(cpu)
+        attention = train.PaddedAttention(model)
+        attention.enable(True)
+        aux = train.AuxHead(modelcfg.TEXT["hidden_size"], 1.0, 1.0, 2.0)
+        heads = train.language_heads(args, modelcfg.TEXT["hidden_size"], cpu)
+        if compiled:
+            train.compile_parts(model)
+        opt = train.make_optimizer(model, 1e-3, 0.05, aux, 1.0, heads)
+        steps = [train.train_step(model, opt, b, attention, aux, heads) for b in batches]
+        losses.append([float(v) for s in steps for v in (s.lm_loss, s.aux_loss, s.name_loss)])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)

@@ -11,6 +11,13 @@ tokens can give, and which are what the yes/no answer compares. A second head (`
 = 2, :func:`pair_labels`) asks a later layer, at the position that gives a yes/no
 answer, for both named shapes' ranks: what the answer is then a comparison of. Not part
 of the saved model.
+
+A colour question ("What colour is the star?") and a shape question ("What shape is the
+red one?") each name one shape too, by its kind or by its colour alone
+(:func:`referents`). A language model trained from scratch learned the first and not the
+second (the thirteenth session's run 31: `shape` 61 %, right when the scene holds one
+kind of shape, at chance among the kinds present otherwise), so the name head can label
+those names as well (``train.py --name-kinds``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,42 @@ def named_shapes(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
     return sorted(found, key=lambda pair: pair[0])
 
 
+NAMING_KINDS = ("spatial", "colour", "shape")  # the question types that name a shape
+
+
+def referents(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
+    """:func:`named_shapes` for a spatial question; for a colour question the one shape of
+    the kind it names, for a shape question the one shape of the colour it names, with
+    the end of that word; none for other types."""
+    if item.kind == "spatial":
+        return named_shapes(item)
+    if item.kind not in ("colour", "shape"):
+        return []
+    scene = item.scenes[0]
+    found = []
+    for shape in scene.shapes:
+        name = _single_name(shape, item.kind, item.lang)
+        at = item.question.find(name)
+        if at >= 0 and _alone(scene, shape, item.kind):
+            found.append((at + len(name), shape))
+    return found
+
+
+def _single_name(shape: scenes.Shape, kind: str, lang: scenes.Lang) -> str:
+    """The word a colour question names ``shape`` by (its kind), or a shape question (its
+    colour)."""
+    if kind == "colour":
+        return shape.kind if lang == "en" else scenes.SHAPE_ZH[shape.kind]
+    return shape.colour if lang == "en" else scenes.COLOUR_ZH[shape.colour]
+
+
+def _alone(scene: scenes.Scene, shape: scenes.Shape, kind: str) -> bool:
+    """``shape`` is the only one of its kind (a colour question) or colour (a shape one)."""
+    if kind == "colour":
+        return sum(s.kind == shape.kind for s in scene.shapes) == 1
+    return sum(s.colour == shape.colour for s in scene.shapes) == 1
+
+
 def look_alikes(item: scenes.Sample) -> int:
     """For each shape a spatial question names, the other shapes of the scene that share
     its colour or its kind, summed (a shape like both named ones counts twice)."""
@@ -52,9 +95,12 @@ def look_alikes(item: scenes.Sample) -> int:
     )
 
 
-def _named_ranks(item: scenes.Sample) -> list[tuple[int, tuple[int, int]]]:
-    """:func:`named_shapes` with each shape's ranks (across, down) in place of it."""
-    named = named_shapes(item)
+def _named_ranks(
+    item: scenes.Sample, kinds: tuple[str, ...] = ("spatial",)
+) -> list[tuple[int, tuple[int, int]]]:
+    """:func:`referents` (of a question of one of ``kinds``) with each shape's ranks
+    (across, down) in place of it."""
+    named = referents(item) if item.kind in kinds else []
     if not named:
         return []
     scene = item.scenes[0]
@@ -62,13 +108,15 @@ def _named_ranks(item: scenes.Sample) -> list[tuple[int, tuple[int, int]]]:
     return [(end, ranks[scene.shapes.index(shape)]) for end, shape in named]
 
 
-def name_labels(item: scenes.Sample, tokenizer: Any, start: int) -> torch.Tensor:
-    """``[names, 3]``: per named shape, the position of the token holding the last
-    character of its name (``start``: the question's first token in the sample's ids) and
-    the shape's two ranks."""
-    named = _named_ranks(item)
+def name_labels(
+    item: scenes.Sample, tokenizer: Any, start: int, kinds: tuple[str, ...] = ("spatial",)
+) -> torch.Tensor:
+    """``[names, 3]``: per shape a question of one of ``kinds`` names, the position of the
+    token holding the last character of its name (``start``: the question's first token
+    in the sample's ids) and the shape's two ranks."""
+    named = _named_ranks(item, kinds)
     rows = []
-    if named:  # the question's offsets: one more tokenizer call, spatial samples only
+    if named:  # the question's offsets: one more tokenizer call, naming samples only
         offsets = tokenizer(item.question, return_offsets_mapping=True)["offset_mapping"]
         for end, ranks in named:
             token = next(i for i, (lo, hi) in enumerate(offsets) if lo < end <= hi)

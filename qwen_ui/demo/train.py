@@ -70,9 +70,15 @@ class Encoder:
     processor called on the chat template as the engine calls it.
     """
 
-    def __init__(self, processor_dir: Path, max_pixels: int | None = None) -> None:
+    def __init__(
+        self,
+        processor_dir: Path,
+        max_pixels: int | None = None,
+        name_kinds: tuple[str, ...] = ("spatial",),
+    ) -> None:
         from transformers import AutoProcessor, Qwen2_5_VLModel
 
+        self.name_kinds = name_kinds  # the question types whose names are labelled
         self.processor = AutoProcessor.from_pretrained(str(processor_dir))
         image = self.processor.image_processor
         if max_pixels is not None:  # smaller images for CPU probes (not for real runs)
@@ -162,7 +168,9 @@ class Encoder:
             "kind": item.kind,
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
-            "name_labels": names.name_labels(item, self.processor.tokenizer, question_start),
+            "name_labels": names.name_labels(
+                item, self.processor.tokenizer, question_start, self.name_kinds
+            ),
             "pair_labels": names.pair_labels(item, answer_at),
         }
 
@@ -363,9 +371,11 @@ class SceneBatches(IterableDataset[Batch]):
         follow_up_share: float = 0.0,
         kind_weights: dict[str, float] | None = None,
         yes_no_share: float = 0.5,
+        name_kinds: tuple[str, ...] = ("spatial",),
     ) -> None:
         self.processor_dir = processor_dir
         self.yes_no_share = yes_no_share
+        self.name_kinds = name_kinds
         self.pairs, self.weights = weighted_pairs(kinds, kind_weights or {})
         self.batch_size = batch_size
         self.seed = seed
@@ -382,7 +392,7 @@ class SceneBatches(IterableDataset[Batch]):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         torch.set_num_threads(1)
-        encode = Encoder(self.processor_dir, self.max_pixels)
+        encode = Encoder(self.processor_dir, self.max_pixels, self.name_kinds)
         base = self.seed * 10**10
         order = random.Random(base + worker)  # noqa: S311
         index = worker
@@ -412,8 +422,9 @@ def held_out_batches(
     batch_size: int,
     kinds: tuple[str, ...] = scenes.KINDS,
     max_pixels: int | None = None,
+    name_kinds: tuple[str, ...] = ("spatial",),
 ) -> list[Batch]:
-    encode = Encoder(processor_dir, max_pixels)
+    encode = Encoder(processor_dir, max_pixels, name_kinds)
     items = held_out_samples(n, kinds)
     return [
         collate([encode(s) for s in items[i : i + batch_size]]) for i in range(0, n, batch_size)
@@ -953,6 +964,13 @@ def parse_share(text: str) -> float:
     return share
 
 
+def parse_name_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(text.split(","))
+    if not kinds or any(k not in names.NAMING_KINDS for k in kinds):
+        raise argparse.ArgumentTypeError(f"name kinds are among {', '.join(names.NAMING_KINDS)}")
+    return kinds
+
+
 def parse_seed(text: str) -> int:
     """A run's seed: its samples' seeds, from ``seed`` x 10^10, stay below the held-out
     ones (``scenes.HELD_OUT_BASE``)."""
@@ -1110,6 +1128,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="continue from this saved model folder (a new optimizer and schedule)",
     )
     p.add_argument(
+        "--name-kinds",
+        type=parse_name_kinds,
+        default=("spatial",),
+        help="comma-separated question types whose named shapes the name head labels "
+        f"(of {','.join(names.NAMING_KINDS)}; run 29's: spatial)",
+    )
+    p.add_argument(
         "--init-heads",
         type=Path,
         default=None,
@@ -1210,6 +1235,7 @@ def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[B
         args.follow_up_share,
         args.kind_weights,
         args.yes_no_share,
+        args.name_kinds,
     )
     return DataLoader(
         dataset,
@@ -1306,7 +1332,9 @@ def run(args: argparse.Namespace) -> None:
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
     held = [
         to_device(b, device)
-        for b in held_out_batches(args.processor_dir, args.eval_n, 128, kinds, args.max_pixels)
+        for b in held_out_batches(
+            args.processor_dir, args.eval_n, 128, kinds, args.max_pixels, args.name_kinds
+        )
     ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))
     attention.enable(True)

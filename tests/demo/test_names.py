@@ -52,6 +52,37 @@ def test_yes_no_questions_name_two_shapes_in_order_and_which_questions_one() -> 
         assert names.named_shapes(scenes.sample(1, kind, "en")) == []
 
 
+@pytest.mark.parametrize("lang", scenes.LANGS)
+def test_colour_and_shape_questions_name_the_shape_their_answer_is_about(
+    lang: scenes.Lang,
+) -> None:
+    """The referent of "What colour is the star?" is the one star, whose colour is the
+    answer; of "What shape is the red one?" the one red shape, whose kind is the answer.
+    Labelled only when the name head is asked for those types, at the token holding the
+    end of the word that names it."""
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224, name_kinds=names.NAMING_KINDS)
+    plain = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    tokens = encode.processor.tokenizer
+    for kind in ("colour", "shape"):
+        for seed in range(12):
+            item = scenes.sample(seed, kind, lang)
+            ((end, shape),) = names.referents(item)
+            said = shape.colour if kind == "colour" else shape.kind
+            if lang == "zh":
+                said = (scenes.COLOUR_ZH | scenes.SHAPE_ZH)[said]
+            assert said == item.answer
+            row = encode(item)
+            ((position, *ranks),) = row["name_labels"].tolist()
+            ids = row["input_ids"].tolist()
+            start = ids.index(modelcfg.VISION_END_ID) + 1
+            word = item.question[:end]
+            assert tokens.decode(ids[start : position + 1]).startswith(word)
+            assert not tokens.decode(ids[start:position]).startswith(word)
+            assert ranks == ranks_of(item, shape)
+            assert len(plain(item)["name_labels"]) == 0
+    assert names.referents(scenes.sample(1, "count", lang)) == []
+
+
 def test_the_batch_keeps_each_name_with_its_row() -> None:
     encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
     items = [scenes.sample(3, "count", "en"), *spatial("zh", 1.0, 2)]

@@ -62,9 +62,7 @@ def training_args(args: argparse.Namespace, batch: int) -> argparse.Namespace:
     return train.parse_args(argv)
 
 
-def data_rate(
-    loader: Any, skip: int, n: int, batch: int
-) -> tuple[float, list[train.Batch]]:
+def data_rate(loader: Any, skip: int, n: int, batch: int) -> tuple[float, list[train.Batch]]:
     """Samples a second the workers deliver once ``skip`` batches are out (each worker
     makes a group of batches at a time, so the first ones come in a burst), and the
     first batches."""

@@ -174,20 +174,24 @@ def _star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     return points
 
 
-def _draw_shape(draw: ImageDraw.ImageDraw, s: Shape) -> None:
+def _draw_shape(
+    draw: ImageDraw.ImageDraw, s: Shape, fill: int | tuple[int, int, int] | None = None
+) -> None:
+    """Draw ``s`` in its colour, or in ``fill`` (an int on a one-channel image)."""
+    ink = s.rgb if fill is None else fill
     box = (s.cx - s.r, s.cy - s.r, s.cx + s.r, s.cy + s.r)
     if s.kind == "circle":
-        draw.ellipse(box, fill=s.rgb)
+        draw.ellipse(box, fill=ink)
     elif s.kind == "square":
         k = s.r * 0.85
-        draw.rectangle((s.cx - k, s.cy - k, s.cx + k, s.cy + k), fill=s.rgb)
+        draw.rectangle((s.cx - k, s.cy - k, s.cx + k, s.cy + k), fill=ink)
     elif s.kind == "triangle":
         h = s.r * math.sqrt(3) / 2
         draw.polygon(
-            [(s.cx, s.cy - s.r), (s.cx - h, s.cy + s.r / 2), (s.cx + h, s.cy + s.r / 2)], fill=s.rgb
+            [(s.cx, s.cy - s.r), (s.cx - h, s.cy + s.r / 2), (s.cx + h, s.cy + s.r / 2)], fill=ink
         )
     else:
-        draw.polygon(_star_points(s.cx, s.cy, s.r), fill=s.rgb)
+        draw.polygon(_star_points(s.cx, s.cy, s.r), fill=ink)
 
 
 def render(scene: Scene) -> Image.Image:

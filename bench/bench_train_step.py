@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
+from _profiling import provenance
 
 from qwen_ui.demo import train
 
@@ -134,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True  # as train.run sets it
     rows = [measure(args, device, int(b)) for b in args.batches.split(",")]
     result = {
-        "command": "python bench/bench_train_step.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **provenance("bench_train_step.py", argv, device),
         "torch": torch.__version__,
         "workers": args.workers,
         "rows": rows,

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _profiling import device_events, profile_parser, summarise
+from _profiling import device_events, profile_parser, provenance, summarise
 from torch.profiler import ProfilerActivity, profile
 
 from qwen_ui.demo import train
@@ -122,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         with profile(activities=activities) as prof:
             steps.run(args.steps)
     result = {
-        "command": "python bench/profile_train.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **provenance("profile_train.py", argv, device),
         "batch": args.batch,
         "workers": args.workers,
         "steps_per_s": round(args.steps / wall, 2),

@@ -133,15 +133,47 @@ def pair_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
     return torch.tensor([[answer_at, *(r for _, ranks in named for r in ranks)]])
 
 
+JOINT_CLASSES = len(scenes.SHAPES) * len(scenes.COLOURS)  # (kind, colour) pairs
+
+
+def joint_class(shape: scenes.Shape) -> int:
+    """``shape``'s (kind, colour) pair as one class, 0 .. JOINT_CLASSES - 1."""
+    colours = list(scenes.COLOURS)
+    return scenes.SHAPES.index(shape.kind) * len(colours) + colours.index(shape.colour)
+
+
+def referent_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
+    """``[1, 2]`` for a colour or shape question: the position whose logits give the
+    answer (``answer_at``) and the referent's (kind, colour) class (:func:`joint_class`),
+    whose kind or colour the answer is; ``[0, 2]`` otherwise. As the pair head brings
+    both ranks to where a yes/no answer is made, this brings the referent's kind and
+    colour there (run 31 found the red one and answered the scene's commonest kind)."""
+    found = referents(item) if item.kind in ("colour", "shape") else []
+    if len(found) != 1:
+        return torch.zeros((0, 2), dtype=torch.long)
+    return torch.tensor([[answer_at, joint_class(found[0][1])]])
+
+
 class NameHead(torch.nn.Module):
     """A linear head on the hidden state after language-model layer ``layer``, read at the
-    positions of its labels (:func:`name_labels`, or :func:`pair_labels` with ``slots`` =
-    2): the ranks across and down of each of ``slots`` shapes."""
+    positions of its labels: ``outputs`` labels of ``classes`` classes each. By default
+    the ranks across and down of each of ``slots`` shapes (:func:`name_labels`, or
+    :func:`pair_labels` with ``slots`` = 2); the referent head is ``outputs`` = 1,
+    ``classes`` = :data:`JOINT_CLASSES` (:func:`referent_labels`)."""
 
-    def __init__(self, width: int, weight: float, layer: int, slots: int = 1) -> None:
+    def __init__(
+        self,
+        width: int,
+        weight: float,
+        layer: int,
+        slots: int = 1,
+        classes: int = scenes.MAX_SHAPES,
+        outputs: int | None = None,
+    ) -> None:
         super().__init__()
-        self.ranks = slots * N_AXES
-        self.proj = torch.nn.Linear(width, self.ranks * scenes.MAX_SHAPES)
+        self.ranks = slots * N_AXES if outputs is None else outputs
+        self.classes = classes
+        self.proj = torch.nn.Linear(width, self.ranks * classes)
         torch.nn.init.zeros_(self.proj.weight)
         torch.nn.init.zeros_(self.proj.bias)
         self.weight = weight
@@ -150,16 +182,16 @@ class NameHead(torch.nn.Module):
     def loss(
         self, hidden: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Cross-entropy of the ranks over the labelled positions, times ``weight``, and how
-        many positions have every rank right. ``hidden``: ``[batch, tokens, width]``;
-        ``labels``: ``[positions, 2 + slots x 2]`` (row in the batch, position, ranks)."""
+        """Cross-entropy of the labels over the labelled positions, times ``weight``, and
+        how many positions have every label right. ``hidden``: ``[batch, tokens, width]``;
+        ``labels``: ``[positions, 2 + outputs]`` (row in the batch, position, labels)."""
         states = hidden[labels[:, 0], labels[:, 1]].float()
-        logits = self.proj(states).view(-1, self.ranks, scenes.MAX_SHAPES)
+        logits = self.proj(states).view(-1, self.ranks, self.classes)
         ranks = labels[:, 2:]
         if len(labels) == 0:
             loss = logits.sum()  # zero, and still part of the graph
         else:
-            loss = F.cross_entropy(logits.reshape(-1, scenes.MAX_SHAPES), ranks.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, self.classes), ranks.reshape(-1))
         right = (logits.argmax(2) == ranks).all(1)
         return self.weight * loss, {
             "name_hit": right.sum(),

@@ -172,6 +172,7 @@ class Encoder:
                 item, self.processor.tokenizer, question_start, self.name_kinds
             ),
             "pair_labels": names.pair_labels(item, answer_at),
+            "referent_labels": names.referent_labels(item, answer_at),
         }
 
 
@@ -340,6 +341,7 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "yes_no": [r["yes_no"] for r in rows],
         "name_labels": with_rows(rows, "name_labels"),
         "pair_labels": with_rows(rows, "pair_labels"),
+        "referent_labels": with_rows(rows, "referent_labels"),
     }
 
 
@@ -1076,6 +1078,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the pair head reads",
     )
     p.add_argument(
+        "--referent-weight",
+        type=float,
+        default=0.0,
+        help="weight of the referent head (at the position that answers a colour or shape "
+        "question, a language-model layer says the named shape's kind and colour); 0: off",
+    )
+    p.add_argument(
+        "--referent-layer",
+        type=int,
+        default=3,
+        help="the language-model layer whose output the referent head reads",
+    )
+    p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
     )
     p.add_argument(
@@ -1352,6 +1367,11 @@ def language_heads(args: argparse.Namespace, width: int, device: torch.device) -
     if args.pair_weight > 0:
         pair = names.NameHead(width, args.pair_weight, args.pair_layer, slots=2)
         heads.append(("pair_labels", pair))
+    if args.referent_weight > 0:
+        referent = names.NameHead(
+            width, args.referent_weight, args.referent_layer, classes=names.JOINT_CLASSES, outputs=1
+        )
+        heads.append(("referent_labels", referent))
     return tuple((key, head.to(device)) for key, head in heads)
 
 

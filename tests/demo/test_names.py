@@ -168,3 +168,44 @@ def test_the_pair_head_reads_both_ranks_where_a_yes_no_answer_is_given() -> None
     loss, stats = head.loss(torch.randn(1, 3, 8), torch.tensor([[0, 2, 0, 1, 4, 5]]))
     assert float(loss.detach()) == pytest.approx(math.log(scenes.MAX_SHAPES))
     assert int(stats["names"]) == 1 and int(stats["name_hit"]) == 0
+
+
+def test_the_referent_head_reads_the_named_shapes_kind_and_colour_where_it_is_answered() -> None:
+    """At the position giving a colour or shape answer: the referent's (kind, colour)
+    class, whose colour (a colour question) or kind (a shape question) is the answer."""
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    tokens = encode.processor.tokenizer
+    by_class = [(k, c) for k in scenes.SHAPES for c in scenes.COLOURS]
+    for lang in scenes.LANGS:
+        for kind in ("colour", "shape"):
+            for seed in range(6):
+                item = scenes.sample(seed, kind, lang)
+                row = encode(item)
+                ((position, joint),) = row["referent_labels"].tolist()
+                assert row["labels"][position] == train.IGNORE
+                first = int(row["labels"][position + 1])  # the answer's first token
+                shape, colour = by_class[joint]
+                said = colour if kind == "colour" else shape
+                said = said if lang == "en" else (scenes.COLOUR_ZH | scenes.SHAPE_ZH)[said]
+                assert said == item.answer
+                assert tokens.decode([first]) == tokens.decode(tokens(said)["input_ids"][:1])
+        for other in ("count", "spatial", "exists", "multi_count"):
+            assert encode(scenes.sample(2, other, lang))["referent_labels"].shape == (0, 2)
+    head = names.NameHead(8, 1.0, 3, classes=names.JOINT_CLASSES, outputs=1)
+    loss, stats = head.loss(torch.randn(2, 3, 8), torch.tensor([[1, 2, 17]]))
+    assert float(loss.detach()) == pytest.approx(math.log(names.JOINT_CLASSES))
+    assert int(stats["names"]) == 1 and int(stats["name_hit"]) == 0
+
+
+def test_the_referent_head_is_built_saved_and_scored_under_its_key() -> None:
+    args = train.parse_args(["--out", "/tmp/x", "--referent-weight", "0.5"])
+    ((key, head),) = train.language_heads(args, 16, torch.device("cpu"))
+    assert key == "referent_labels" and head.layer == 3 and head.weight == 0.5
+    assert head.proj.out_features == names.JOINT_CLASSES
+    batch = train.collate(
+        [
+            train.Encoder(train.WEIGHTS, max_pixels=28224)(scenes.sample(s, "shape", "en"))
+            for s in range(3)
+        ]
+    )
+    assert batch[key][:, 0].tolist() == [0, 1, 2]  # each row's label keeps its row

@@ -47,7 +47,8 @@ def named_shapes(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
     return sorted(found, key=lambda pair: pair[0])
 
 
-NAMING_KINDS = ("spatial", "colour", "shape")  # the question types that name a shape
+SINGLE_NAME_KINDS = ("colour", "shape")  # name one shape by its kind or by its colour
+NAMING_KINDS = ("spatial", *SINGLE_NAME_KINDS)  # the question types that name a shape
 
 
 def referents(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
@@ -56,7 +57,7 @@ def referents(item: scenes.Sample) -> list[tuple[int, scenes.Shape]]:
     the end of that word; none for other types."""
     if item.kind == "spatial":
         return named_shapes(item)
-    if item.kind not in ("colour", "shape"):
+    if item.kind not in SINGLE_NAME_KINDS:
         return []
     scene = item.scenes[0]
     found = []
@@ -133,47 +134,39 @@ def pair_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
     return torch.tensor([[answer_at, *(r for _, ranks in named for r in ranks)]])
 
 
-JOINT_CLASSES = len(scenes.SHAPES) * len(scenes.COLOURS)  # (kind, colour) pairs
-
-
-def joint_class(shape: scenes.Shape) -> int:
-    """``shape``'s (kind, colour) pair as one class, 0 .. JOINT_CLASSES - 1."""
-    colours = list(scenes.COLOURS)
-    return scenes.SHAPES.index(shape.kind) * len(colours) + colours.index(shape.colour)
-
-
 def referent_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
     """``[1, 2]`` for a colour or shape question: the position whose logits give the
-    answer (``answer_at``) and the referent's (kind, colour) class (:func:`joint_class`),
+    answer (``answer_at``) and the referent's (kind, colour) class
+    (:func:`scenes.joint_class`),
     whose kind or colour the answer is; ``[0, 2]`` otherwise. As the pair head brings
     both ranks to where a yes/no answer is made, this brings the referent's kind and
     colour there (run 31 found the red one and answered the scene's commonest kind)."""
-    found = referents(item) if item.kind in ("colour", "shape") else []
+    found = referents(item) if item.kind in SINGLE_NAME_KINDS else []
     if len(found) != 1:
         return torch.zeros((0, 2), dtype=torch.long)
-    return torch.tensor([[answer_at, joint_class(found[0][1])]])
+    return torch.tensor([[answer_at, scenes.joint_class(found[0][1])]])
 
 
 class NameHead(torch.nn.Module):
     """A linear head on the hidden state after language-model layer ``layer``, read at the
     positions of its labels: ``outputs`` labels of ``classes`` classes each. By default
-    the ranks across and down of each of ``slots`` shapes (:func:`name_labels`, or
-    :func:`pair_labels` with ``slots`` = 2); the referent head is ``outputs`` = 1,
-    ``classes`` = :data:`JOINT_CLASSES` (:func:`referent_labels`)."""
+    one shape's ranks across and down (:func:`name_labels`); the pair head reads two
+    shapes' (``outputs`` = 2 x :data:`N_AXES`, :func:`pair_labels`), the referent head one
+    (kind, colour) class (``outputs`` = 1, ``classes`` = :data:`scenes.JOINT_CLASSES`,
+    :func:`referent_labels`)."""
 
     def __init__(
         self,
         width: int,
         weight: float,
         layer: int,
-        slots: int = 1,
+        outputs: int = N_AXES,
         classes: int = scenes.MAX_SHAPES,
-        outputs: int | None = None,
     ) -> None:
         super().__init__()
-        self.ranks = slots * N_AXES if outputs is None else outputs
+        self.outputs = outputs
         self.classes = classes
-        self.proj = torch.nn.Linear(width, self.ranks * classes)
+        self.proj = torch.nn.Linear(width, self.outputs * classes)
         torch.nn.init.zeros_(self.proj.weight)
         torch.nn.init.zeros_(self.proj.bias)
         self.weight = weight
@@ -186,7 +179,7 @@ class NameHead(torch.nn.Module):
         how many positions have every label right. ``hidden``: ``[batch, tokens, width]``;
         ``labels``: ``[positions, 2 + outputs]`` (row in the batch, position, labels)."""
         states = hidden[labels[:, 0], labels[:, 1]].float()
-        logits = self.proj(states).view(-1, self.ranks, self.classes)
+        logits = self.proj(states).view(-1, self.outputs, self.classes)
         ranks = labels[:, 2:]
         if len(labels) == 0:
             loss = logits.sum()  # zero, and still part of the graph

@@ -349,6 +349,14 @@ def _unique_refs(scene: Scene) -> list[Shape]:
     return [s for s in scene.shapes if scene.count(s.colour, s.kind) == 1]
 
 
+JOINT_CLASSES = len(SHAPES) * len(COLOURS)  # (kind, colour) pairs
+
+
+def joint_class(s: Shape) -> int:
+    """``s``'s (kind, colour) pair as one class, 0 .. JOINT_CLASSES - 1."""
+    return SHAPES.index(s.kind) * len(COLOURS) + list(COLOURS).index(s.colour)
+
+
 def shape_name(s: Shape, lang: Lang) -> str:
     """How the grammar names ``s`` (a colour and a kind) in ``lang``."""
     return f"{s.colour} {s.kind}" if lang == "en" else f"{COLOUR_ZH[s.colour]}{SHAPE_ZH[s.kind]}"

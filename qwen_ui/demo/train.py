@@ -188,7 +188,7 @@ def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> t
 
 N_SHAPE = 1 + len(scenes.SHAPES)  # auxiliary classes: 0 = background, then SHAPES
 N_COLOUR = 1 + len(scenes.COLOURS)  # 0 = background, then COLOURS
-N_JOINT = 1 + len(scenes.SHAPES) * len(scenes.COLOURS)  # 0 = none, then (shape, colour)
+N_JOINT = 1 + scenes.JOINT_CLASSES  # 0 = none, then (shape, colour)
 N_RELATION = len(scenes.RELATIONS)  # relation bags per centre token (relation_labels)
 N_RANK = 2  # ranks per covered token, across and down (rank_labels)
 RANKS = scenes.MAX_SHAPES  # a rank is 0 .. MAX_SHAPES - 1
@@ -196,9 +196,9 @@ BLOCK = PATCH * MERGE  # one merged visual token covers BLOCK x BLOCK resized pi
 
 
 def joint_code(shape: scenes.Shape) -> int:
-    """The (shape, colour) class of ``shape``: 1 + shape index x colours + colour index."""
-    colours = list(scenes.COLOURS)
-    return 1 + scenes.SHAPES.index(shape.kind) * len(colours) + colours.index(shape.colour)
+    """The (shape, colour) class of ``shape`` with 0 kept for none: 1 +
+    :func:`scenes.joint_class`."""
+    return 1 + scenes.joint_class(shape)
 
 
 def token_labels(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor:
@@ -968,7 +968,7 @@ def parse_share(text: str) -> float:
 
 def parse_name_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(text.split(","))
-    if not kinds or any(k not in names.NAMING_KINDS for k in kinds):
+    if any(k not in names.NAMING_KINDS for k in kinds):
         raise argparse.ArgumentTypeError(f"name kinds are among {', '.join(names.NAMING_KINDS)}")
     return kinds
 
@@ -1319,7 +1319,7 @@ def split_parameters(model: Any) -> tuple[list[torch.nn.Parameter], list[torch.n
 def compile_parts(model: Any) -> None:
     """``torch.compile`` (dynamic shapes: every batch has its own lengths) the pieces where
     a step's kernels go (the fifth session's profile: norms, rotations, activations and
-    copies, two thirds of the device time): each language-model layer, and each vision
+    copies, 55 % of the device time): each language-model layer, and each vision
     block's norms and MLP (its attention is the padded call, whose plans are looked up
     per batch). Forward and backward are both compiled; the saved model is unchanged."""
     for layer in model.model.language_model.layers:
@@ -1365,11 +1365,15 @@ def language_heads(args: argparse.Namespace, width: int, device: torch.device) -
     if args.name_weight > 0:
         heads.append(("name_labels", names.NameHead(width, args.name_weight, args.name_layer)))
     if args.pair_weight > 0:
-        pair = names.NameHead(width, args.pair_weight, args.pair_layer, slots=2)
+        pair = names.NameHead(width, args.pair_weight, args.pair_layer, outputs=2 * names.N_AXES)
         heads.append(("pair_labels", pair))
     if args.referent_weight > 0:
         referent = names.NameHead(
-            width, args.referent_weight, args.referent_layer, classes=names.JOINT_CLASSES, outputs=1
+            width,
+            args.referent_weight,
+            args.referent_layer,
+            outputs=1,
+            classes=scenes.JOINT_CLASSES,
         )
         heads.append(("referent_labels", referent))
     return tuple((key, head.to(device)) for key, head in heads)

@@ -164,7 +164,7 @@ def test_the_pair_head_reads_both_ranks_where_a_yes_no_answer_is_given() -> None
             assert ranks == [r for label in row["name_labels"].tolist() for r in label[1:]]
         for item in spatial(lang, 0.0, 3):  # the "which" form names one shape
             assert encode(item)["pair_labels"].shape == (0, 5)
-    head = names.NameHead(8, weight=1.0, layer=4, slots=2)
+    head = names.NameHead(8, weight=1.0, layer=4, outputs=2 * names.N_AXES)
     loss, stats = head.loss(torch.randn(1, 3, 8), torch.tensor([[0, 2, 0, 1, 4, 5]]))
     assert float(loss.detach()) == pytest.approx(math.log(scenes.MAX_SHAPES))
     assert int(stats["names"]) == 1 and int(stats["name_hit"]) == 0
@@ -191,9 +191,9 @@ def test_the_referent_head_reads_the_named_shapes_kind_and_colour_where_it_is_an
                 assert tokens.decode([first]) == tokens.decode(tokens(said)["input_ids"][:1])
         for other in ("count", "spatial", "exists", "multi_count"):
             assert encode(scenes.sample(2, other, lang))["referent_labels"].shape == (0, 2)
-    head = names.NameHead(8, 1.0, 3, classes=names.JOINT_CLASSES, outputs=1)
+    head = names.NameHead(8, 1.0, 3, outputs=1, classes=scenes.JOINT_CLASSES)
     loss, stats = head.loss(torch.randn(2, 3, 8), torch.tensor([[1, 2, 17]]))
-    assert float(loss.detach()) == pytest.approx(math.log(names.JOINT_CLASSES))
+    assert float(loss.detach()) == pytest.approx(math.log(scenes.JOINT_CLASSES))
     assert int(stats["names"]) == 1 and int(stats["name_hit"]) == 0
 
 
@@ -201,7 +201,7 @@ def test_the_referent_head_is_built_saved_and_scored_under_its_key() -> None:
     args = train.parse_args(["--out", "/tmp/x", "--referent-weight", "0.5"])
     ((key, head),) = train.language_heads(args, 16, torch.device("cpu"))
     assert key == "referent_labels" and head.layer == 3 and head.weight == 0.5
-    assert head.proj.out_features == names.JOINT_CLASSES
+    assert head.proj.out_features == scenes.JOINT_CLASSES
     batch = train.collate(
         [
             train.Encoder(train.WEIGHTS, max_pixels=28224)(scenes.sample(s, "shape", "en"))

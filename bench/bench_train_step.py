@@ -6,6 +6,7 @@ each batch size, from the same fresh model with every training head on.
     python bench/bench_train_step.py --batches 160,256      # on the GPU
     python bench/bench_train_step.py --device cpu --batches 4 --workers 0 \
         --max-pixels 28224 --steps 2 --warmup 1 --data-skip 2 --data-batches 4   # CPU dry run
+    python bench/bench_train_step.py --device cpu --workers 1 --data-only   # one worker
 
 The ratios (compiled / eager, both in this process) are the figures; a training run's
 rate is the smaller of the step's and the workers'. Prints one JSON document on stdout.
@@ -52,6 +53,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resident", type=int, default=6, help="batches kept on the device")
     p.add_argument("--warmup", type=int, default=8, help="steps before timing (compiles)")
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument(
+        "--data-only", action="store_true", help="the workers' rate alone (no model, no steps)"
+    )
     return p.parse_args(argv)
 
 
@@ -112,6 +116,8 @@ def measure(args: argparse.Namespace, device: torch.device, batch: int) -> dict[
     rate, kept = data_rate(loader, args.data_skip, args.data_batches, batch)
     resident = [train.to_device(b, device) for b in kept[: args.resident]]
     row: dict[str, Any] = {"batch": batch, "data_samples_per_s": round(rate, 1)}
+    if args.data_only:
+        return row
     first: dict[bool, list[float]] = {}
     for compiled in (False, True):
         step = Step(targs, device, compiled)

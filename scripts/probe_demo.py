@@ -4,6 +4,7 @@
     .venv/bin/python scripts/probe_demo.py answer [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py attention [--weights DIR] [--n 400] [--lang en]
     .venv/bin/python scripts/probe_demo.py errors [--weights DIR] [--n 1200]
+    .venv/bin/python scripts/probe_demo.py shape  [--weights DIR] [--n 1200]
 
 ``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
 across and down (``train.rank_labels``) of the shape covering each token, on English
@@ -18,7 +19,11 @@ questions of one language; the 25 largest.
 ``errors``: the model's accuracy on the spatial yes/no questions among the first ``--n``
 spatial questions of set 7, split by one property of the question at a time (the right
 answer, language, relation, shape count, look-alikes of A or B, the gap between them).
-Figures from these are in docs/demo-model.md ("Eleventh session").
+``shape``: the model's first answer token on the first ``--n`` shape questions of set 7
+("What shape is the red one?"), right per language and by how many kinds of shape the
+scene holds; of the wrong answers, how many name a kind in the scene and how many one of
+its most common kinds.
+Figures from these are in docs/demo-model.md ("Eleventh session" to "Thirteenth session").
 """
 
 from __future__ import annotations
@@ -221,10 +226,39 @@ def probe_errors(args: argparse.Namespace) -> None:
         log.info("%-26s %-6s %4d questions, right %.3f", prop, value, n, hit / n)
 
 
+def probe_shape(args: argparse.Namespace) -> None:
+    model, encode = load(args.weights), train.Encoder(train.WEIGHTS)
+    tokens = encode.processor.tokenizer
+    tally: dict[str, int] = defaultdict(int)
+    for item in scenes.held_out(args.n, 7, ("shape",)):
+        inputs, _ = prompt_inputs(encode, item)
+        with torch.no_grad():
+            said = int(model(**inputs, use_cache=False).logits[0, -1].argmax())
+        kinds = [s.kind for s in item.scenes[0].shapes]
+        first = {k: tokens(_kind_word(k, item.lang))["input_ids"][0] for k in set(kinds)}
+        right = said == tokens(item.answer)["input_ids"][0]
+        several = "one kind" if len(set(kinds)) == 1 else "two kinds or more"
+        for key in (item.lang, several):
+            tally[f"{key}: questions"] += 1
+            tally[f"{key}: right"] += int(right)
+        if not right:
+            most = max(kinds.count(k) for k in kinds)
+            common = {first[k] for k in kinds if kinds.count(k) == most}
+            tally["wrong"] += 1
+            tally["wrong: a kind in the scene"] += int(said in first.values())
+            tally["wrong: a most common kind"] += int(said in common)  # ties: each of them
+    for key, value in sorted(tally.items()):
+        log.info("%-32s %5d", key, value)
+
+
+def _kind_word(kind: str, lang: scenes.Lang) -> str:
+    return kind if lang == "en" else scenes.SHAPE_ZH[kind]
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("ranks", "answer", "attention", "errors"))
+    p.add_argument("what", choices=("ranks", "answer", "attention", "errors", "shape"))
     p.add_argument("--weights", type=Path, default=train.WEIGHTS)
     p.add_argument("--scenes", type=int, default=1500)
     p.add_argument("--n", type=int, default=1200)
@@ -235,6 +269,7 @@ def main() -> None:
         "answer": probe_answer,
         "attention": probe_attention,
         "errors": probe_errors,
+        "shape": probe_shape,
     }
     probes[args.what](args)
 

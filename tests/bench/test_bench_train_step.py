@@ -25,3 +25,10 @@ def test_eager_and_compiled_steps_are_timed_from_one_model(
     assert row["eager"]["steps_per_s"] > 0 and row["compiled"]["steps_per_s"] > 0
     assert row["first_losses"]["eager"][0] > 1.0  # a fresh model, near chance
     assert row["max_loss_diff"] < 1e-4
+
+
+def test_the_workers_rate_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--device", "cpu", "--batches", "2", "--workers", "0", "--max-pixels", "28224"]
+    argv += ["--data-only", "--data-skip", "1", "--data-batches", "2"]
+    (row,) = run_main("bench_train_step", argv, capsys)["rows"]  # type: ignore[misc]
+    assert set(row) == {"batch", "data_samples_per_s"} and row["data_samples_per_s"] > 0

@@ -16,8 +16,8 @@ A colour question ("What colour is the star?") and a shape question ("What shape
 red one?") each name one shape too, by its kind or by its colour alone
 (:func:`referents`). A language model trained from scratch learned the first and not the
 second (the thirteenth session's run 31: `shape` 61 %, right when the scene holds one
-kind of shape, little better than a guess among the kinds present otherwise), so the name head can label
-those names as well (``train.py --name-kinds``).
+kind of shape, little better than a guess among the kinds present otherwise), so the
+name head can label those names as well (``train.py --name-kinds``).
 """
 
 from __future__ import annotations

@@ -258,19 +258,35 @@ def q_colour(rng: random.Random, lang: Lang) -> Made:
     kind, colour = random_spec(rng)
     n = rng.randint(1, MAX_SHAPES)
     scene = scene_from(rng, lambda: [(kind, colour), *_fill(rng, n - 1, lambda s: s[0] != kind)])
+    return _colour_text(lang, kind, rng), _colour_word(lang, colour), (scene,)
+
+
+def _colour_text(lang: Lang, kind: str, rng: random.Random) -> str:
     if lang == "en":
         word = rng.choice(("colour", "color"))
-        return f"What {word} is the {kind}?", colour, (scene,)
-    return f"{SHAPE_ZH[kind]}是什么颜色的？", COLOUR_ZH[colour], (scene,)
+        return f"What {word} is the {kind}?"
+    return f"{SHAPE_ZH[kind]}是什么颜色的？"
+
+
+def _colour_word(lang: Lang, colour: str) -> str:
+    return colour if lang == "en" else COLOUR_ZH[colour]
 
 
 def q_shape(rng: random.Random, lang: Lang) -> Made:
     kind, colour = random_spec(rng)
     n = rng.randint(1, MAX_SHAPES)
     scene = scene_from(rng, lambda: [(kind, colour), *_fill(rng, n - 1, lambda s: s[1] != colour)])
+    return _shape_text(lang, colour), _shape_word(lang, kind), (scene,)
+
+
+def _shape_text(lang: Lang, colour: str) -> str:
     if lang == "en":
-        return f"What shape is the {colour} one?", kind, (scene,)
-    return f"{COLOUR_ZH[colour]}的图形是什么形状？", SHAPE_ZH[kind], (scene,)
+        return f"What shape is the {colour} one?"
+    return f"{COLOUR_ZH[colour]}的图形是什么形状？"
+
+
+def _shape_word(lang: Lang, kind: str) -> str:
+    return kind if lang == "en" else SHAPE_ZH[kind]
 
 
 def q_exists(rng: random.Random, lang: Lang) -> Made:
@@ -294,30 +310,70 @@ def _exists_text(lang: Lang, colour: str, kind: str) -> str:
     return f"图中有{COLOUR_ZH[colour]}的{SHAPE_ZH[kind]}吗？"
 
 
+FOLLOW_UP_FORMS = ("total", "count", "exists", "colour", "shape")
+
+
 def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> tuple[str, str]:
-    """A later question about an earlier turn's ``scene``, of a form valid for any scene:
-    the total count, a count by colour and shape, or (half the time about a shape that is
-    there) existence."""
-    form = rng.choice(("total", "count", "exists"))
+    """A later question about an earlier turn's ``scene``: the total count, a count (by
+    colour and shape, by shape or by colour, as :func:`q_count` asks it, half the time
+    about a shape that is there), existence (half the time of a shape that is there), or,
+    where the scene has one, the colour of its only shape of a kind or the shape of its
+    only one of a colour."""
+    form = rng.choice(FOLLOW_UP_FORMS)
     if form == "total":
         return _total_text(lang), str(len(scene.shapes))
-    kind, colour = random_spec(rng)
+    kind, colour = _follow_up_spec(scene, rng)
     if form == "count":
-        return _count_text(lang, colour, kind), str(scene.count(colour, kind))
+        return _follow_up_count(scene, rng, lang, kind, colour)
+    alone = _alone_shapes(scene, "kind" if form == "colour" else "colour")
+    if form == "exists" or not alone:
+        present = scene.count(colour, kind) > 0
+        return _exists_text(lang, colour, kind), (YES if present else NO)[lang]
+    shape = rng.choice(alone)
+    if form == "colour":
+        return _colour_text(lang, shape.kind, rng), _colour_word(lang, shape.colour)
+    return _shape_text(lang, shape.colour), _shape_word(lang, shape.kind)
+
+
+def _follow_up_spec(scene: Scene, rng: random.Random) -> Spec:
+    """A (kind, colour): half the time one of the scene's shapes', else any."""
     if rng.random() < 0.5:
         shape = rng.choice(scene.shapes)
-        kind, colour = shape.kind, shape.colour
-    present = scene.count(colour, kind) > 0
-    return _exists_text(lang, colour, kind), (YES if present else NO)[lang]
+        return shape.kind, shape.colour
+    return random_spec(rng)
 
 
-def with_follow_up(item: Sample) -> Sample:
-    """``item`` with one follow-up turn about its image (single-image samples only),
-    drawn from the sample's own seed."""
+def _follow_up_count(
+    scene: Scene, rng: random.Random, lang: Lang, kind: str, colour: str
+) -> tuple[str, str]:
+    form = rng.choices(("both", "shape", "colour"), weights=(3, 1, 1))[0]
+    by_kind = kind if form != "colour" else None
+    by_colour = colour if form != "shape" else None
+    return _count_text(lang, by_colour, by_kind), str(scene.count(by_colour, by_kind))
+
+
+def _alone_shapes(scene: Scene, by: str) -> list[Shape]:
+    """The scene's shapes that are the only one of their kind (``by="kind"``) or colour."""
+    key = (lambda s: s.kind) if by == "kind" else (lambda s: s.colour)
+    return [s for s in scene.shapes if sum(key(o) == key(s) for o in scene.shapes) == 1]
+
+
+def with_follow_up(item: Sample, turns: int = 1) -> Sample:
+    """``item`` with ``turns`` follow-up turns about its image (single-image samples
+    only; no question twice in one conversation), drawn from the sample's own seed."""
     if len(item.scenes) != 1:
         return item
     rng = random.Random(f"follow-up {item.seed}")  # noqa: S311
-    return replace(item, follow_ups=(follow_up(item.scenes[0], rng, item.lang),))
+    asked = {item.question}
+    later: list[tuple[str, str]] = []
+    for _ in range(4 * turns):  # a few draws per turn: small scenes repeat questions
+        if len(later) == turns:
+            break
+        question, answer = follow_up(item.scenes[0], rng, item.lang)
+        if question not in asked:
+            asked.add(question)
+            later.append((question, answer))
+    return replace(item, follow_ups=tuple(later))
 
 
 def _axis(rel: str, s: Shape) -> float:

@@ -75,10 +75,12 @@ class Encoder:
         processor_dir: Path,
         max_pixels: int | None = None,
         name_kinds: tuple[str, ...] = ("spatial",),
+        answer_kinds: tuple[str, ...] = names.ANSWER_KINDS,
     ) -> None:
         from transformers import AutoProcessor, Qwen2_5_VLModel
 
         self.name_kinds = name_kinds  # the question types whose names are labelled
+        self.answer_kinds = answer_kinds  # ... and whose answers the answer head reads
         self.processor = AutoProcessor.from_pretrained(str(processor_dir))
         image = self.processor.image_processor
         if max_pixels is not None:  # smaller images for CPU probes (not for real runs)
@@ -173,6 +175,7 @@ class Encoder:
             ),
             "pair_labels": names.pair_labels(item, answer_at),
             "referent_labels": names.referent_labels(item, answer_at),
+            "answer_labels": names.answer_labels(item, id_list, label_list, self.answer_kinds),
         }
 
 
@@ -342,6 +345,7 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "name_labels": with_rows(rows, "name_labels"),
         "pair_labels": with_rows(rows, "pair_labels"),
         "referent_labels": with_rows(rows, "referent_labels"),
+        "answer_labels": with_rows(rows, "answer_labels"),
     }
 
 
@@ -355,8 +359,9 @@ def with_rows(rows: list[dict[str, Any]], key: str) -> torch.Tensor:
 class SceneBatches(IterableDataset[Batch]):
     """Endless batches of training samples; worker ``w`` of ``W`` owns seeds ``≡ w mod W``.
 
-    A ``follow_up_share`` of the single-image samples carry a second turn about the same
-    image (:func:`scenes.with_follow_up`), so the model learns multi-turn conversations.
+    A ``follow_up_share`` of the single-image samples carry ``follow_ups`` more turns about
+    the same image (:func:`scenes.with_follow_up`), so the model learns multi-turn
+    conversations (and each image, the costly part of a sample, teaches several answers).
     Each worker encodes ``GROUP`` batches' worth of samples, sorts them by length and cuts
     them into batches (in shuffled order), so batches carry little padding.
     """
@@ -374,10 +379,14 @@ class SceneBatches(IterableDataset[Batch]):
         kind_weights: dict[str, float] | None = None,
         yes_no_share: float = 0.5,
         name_kinds: tuple[str, ...] = ("spatial",),
+        follow_ups: int = 1,
+        answer_kinds: tuple[str, ...] = names.ANSWER_KINDS,
     ) -> None:
         self.processor_dir = processor_dir
         self.yes_no_share = yes_no_share
         self.name_kinds = name_kinds
+        self.follow_ups = follow_ups
+        self.answer_kinds = answer_kinds
         self.pairs, self.weights = weighted_pairs(kinds, kind_weights or {})
         self.batch_size = batch_size
         self.seed = seed
@@ -388,13 +397,15 @@ class SceneBatches(IterableDataset[Batch]):
         rng = random.Random(seed)  # noqa: S311
         kind, lang = rng.choices(self.pairs, self.weights)[0]
         item = scenes.sample(seed, kind, lang, yes_no_share=self.yes_no_share)
-        return scenes.with_follow_up(item) if rng.random() < self.follow_up_share else item
+        if rng.random() < self.follow_up_share:
+            return scenes.with_follow_up(item, self.follow_ups)
+        return item
 
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         torch.set_num_threads(1)
-        encode = Encoder(self.processor_dir, self.max_pixels, self.name_kinds)
+        encode = Encoder(self.processor_dir, self.max_pixels, self.name_kinds, self.answer_kinds)
         base = self.seed * 10**10
         order = random.Random(base + worker)  # noqa: S311
         index = worker
@@ -425,8 +436,9 @@ def held_out_batches(
     kinds: tuple[str, ...] = scenes.KINDS,
     max_pixels: int | None = None,
     name_kinds: tuple[str, ...] = ("spatial",),
+    answer_kinds: tuple[str, ...] = names.ANSWER_KINDS,
 ) -> list[Batch]:
-    encode = Encoder(processor_dir, max_pixels, name_kinds)
+    encode = Encoder(processor_dir, max_pixels, name_kinds, answer_kinds)
     items = held_out_samples(n, kinds)
     return [
         collate([encode(s) for s in items[i : i + batch_size]]) for i in range(0, n, batch_size)
@@ -973,6 +985,13 @@ def parse_name_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
+def parse_answer_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(filter(None, text.split(",")))
+    if any(k not in scenes.KINDS for k in kinds):
+        raise argparse.ArgumentTypeError(f"answer kinds are among {', '.join(scenes.KINDS)}")
+    return kinds
+
+
 def parse_seed(text: str) -> int:
     """A run's seed: its samples' seeds, from ``seed`` x 10^10, stay below the held-out
     ones (``scenes.HELD_OUT_BASE``)."""
@@ -1091,6 +1110,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the referent head reads",
     )
     p.add_argument(
+        "--answer-weight",
+        type=float,
+        default=0.0,
+        help="weight of the answer head (at the position that gives an answer's first token, "
+        "a language-model layer says that token: the answer asked of a middle layer); 0: off",
+    )
+    p.add_argument(
+        "--answer-layer",
+        type=int,
+        default=3,
+        help="the language-model layer whose output the answer head reads",
+    )
+    p.add_argument(
+        "--answer-kinds",
+        type=parse_answer_kinds,
+        default=names.ANSWER_KINDS,
+        help="comma-separated question types whose first answers the answer head reads "
+        f"(follow-up turns always; default {','.join(names.ANSWER_KINDS)})",
+    )
+    p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
     )
     p.add_argument(
@@ -1128,7 +1167,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--follow-up-share",
         type=float,
         default=0.5,
-        help="share of single-image samples with a second turn about the same image",
+        help="share of single-image samples with follow-up turns about the same image",
+    )
+    p.add_argument(
+        "--follow-ups",
+        type=int,
+        choices=range(1, 5),
+        default=1,
+        help="follow-up turns in each such sample (1 to 4; each a total, a count, "
+        "existence, or the colour or shape of a shape alone of its kind or colour)",
     )
     p.add_argument(
         "--fresh-lm",
@@ -1251,6 +1298,8 @@ def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[B
         args.kind_weights,
         args.yes_no_share,
         args.name_kinds,
+        args.follow_ups,
+        args.answer_kinds,
     )
     return DataLoader(
         dataset,
@@ -1348,7 +1397,13 @@ def run(args: argparse.Namespace) -> None:
     held = [
         to_device(b, device)
         for b in held_out_batches(
-            args.processor_dir, args.eval_n, 128, kinds, args.max_pixels, args.name_kinds
+            args.processor_dir,
+            args.eval_n,
+            128,
+            kinds,
+            args.max_pixels,
+            args.name_kinds,
+            args.answer_kinds,
         )
     ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))
@@ -1376,6 +1431,11 @@ def language_heads(args: argparse.Namespace, width: int, device: torch.device) -
             classes=scenes.JOINT_CLASSES,
         )
         heads.append(("referent_labels", referent))
+    if args.answer_weight > 0:
+        answer = names.NameHead(
+            width, args.answer_weight, args.answer_layer, outputs=1, classes=modelcfg.VOCAB_SIZE
+        )
+        heads.append(("answer_labels", answer))
     return tuple((key, head.to(device)) for key, head in heads)
 
 

@@ -209,3 +209,44 @@ def test_the_referent_head_is_built_saved_and_scored_under_its_key() -> None:
         ]
     )
     assert batch[key][:, 0].tolist() == [0, 1, 2]  # each row's label keeps its row
+
+
+def test_the_answer_head_reads_each_answers_first_token_where_it_is_given() -> None:
+    """Every labelled turn of a count or existence question, and every follow-up turn of
+    any question: the position before the answer and the answer's first token."""
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    tokens = encode.processor.tokenizer
+    for lang in scenes.LANGS:
+        for kind in ("count", "exists", "colour"):
+            item = scenes.with_follow_up(scenes.sample(3, kind, lang), 2)
+            row = encode(item)
+            answers = [item.answer, *(a for _, a in item.follow_ups)]
+            if kind == "colour":  # not an answer kind: its follow-ups alone
+                answers = answers[1:]
+            rows = row["answer_labels"].tolist()
+            assert [tokens.decode([t]) for _, t in rows] == [
+                tokens.decode(tokens(a)["input_ids"][:1]) for a in answers
+            ]
+            for position, token in rows:
+                assert row["labels"][position] == train.IGNORE
+                assert (
+                    int(row["labels"][position + 1]) == token == int(row["input_ids"][position + 1])
+                )
+    plain = encode(scenes.sample(4, "spatial", "en"))
+    assert plain["answer_labels"].shape == (0, 2)
+    chosen = train.Encoder(train.WEIGHTS, max_pixels=28224, answer_kinds=("spatial",))
+    assert chosen(scenes.sample(4, "spatial", "en"))["answer_labels"].shape == (1, 2)
+
+
+def test_the_answer_head_is_built_on_the_vocabulary_and_its_kinds_are_checked() -> None:
+    args = train.parse_args(
+        ["--out", "/tmp/x", "--answer-weight", "0.5", "--answer-kinds", "count"]
+    )
+    ((key, head),) = train.language_heads(args, 16, torch.device("cpu"))
+    assert key == "answer_labels" and head.layer == 3 and head.weight == 0.5
+    assert head.proj.out_features == modelcfg.VOCAB_SIZE and args.answer_kinds == ("count",)
+    loss, stats = head.loss(torch.randn(2, 3, 16), torch.tensor([[0, 1, 17], [1, 2, 5]]))
+    assert float(loss.detach()) == pytest.approx(0.5 * math.log(modelcfg.VOCAB_SIZE))
+    assert int(stats["names"]) == 2
+    with pytest.raises(SystemExit):
+        train.parse_args(["--out", "/tmp/x", "--answer-kinds", "count,weather"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from qwen_ui.demo import scenes
@@ -135,20 +137,86 @@ def test_exists_answers_both_ways() -> None:
     assert answers == {"有", "没有"}
 
 
+EN_FOLLOW_UPS = {
+    "total": re.compile(r"How many shapes are there\?"),
+    "count": re.compile(r"How many (?:(?P<colour>\w+) )?(?P<noun>\w+) are there\?"),
+    "exists": re.compile(r"Is there an? (?P<colour>\w+) (?P<kind>\w+)\?"),
+    "colour": re.compile(r"What colou?r is the (?P<kind>\w+)\?"),
+    "shape": re.compile(r"What shape is the (?P<colour>\w+) one\?"),
+}
+ZH_COLOUR = {zh: en for en, zh in scenes.COLOUR_ZH.items()}
+ZH_SHAPE = {zh: en for en, zh in scenes.SHAPE_ZH.items()}
+
+
+def true_answer(question: str, scene: scenes.Scene) -> str:
+    """The answer to an English follow-up, read off the scene by the test itself."""
+    for form, pattern in EN_FOLLOW_UPS.items():
+        if m := pattern.fullmatch(question):
+            return answer_of(form, m.groupdict(), scene)
+    raise AssertionError(f"not a follow-up form: {question!r}")
+
+
+def answer_of(form: str, g: dict[str, str | None], scene: scenes.Scene) -> str:
+    shapes = scene.shapes
+    if form == "total":
+        return str(len(shapes))
+    if form == "count":
+        plural = {v: k for k, v in scenes.SHAPE_PLURAL.items()}
+        kind = plural.get(g["noun"] or "")
+        return str(
+            sum(1 for s in shapes if kind in (None, s.kind) and g["colour"] in (None, s.colour))
+        )
+    if form == "exists":
+        return (
+            "yes" if any((s.kind, s.colour) == (g["kind"], g["colour"]) for s in shapes) else "no"
+        )
+    if form == "colour":
+        (only,) = [s for s in shapes if s.kind == g["kind"]]
+        return only.colour
+    (only,) = [s for s in shapes if s.colour == g["colour"]]
+    return only.kind
+
+
 def test_follow_ups_are_true_of_the_earlier_image() -> None:
-    items = [scenes.with_follow_up(scenes.sample(seed, kind="colour")) for seed in range(300)]
-    answers = {"yes": 0, "no": 0, "有": 0, "没有": 0}
+    items = [scenes.with_follow_up(scenes.sample(seed, "count", "en"), 3) for seed in range(300)]
+    forms = {form: 0 for form in EN_FOLLOW_UPS}
     for item in items:
-        assert item == scenes.with_follow_up(scenes.sample(item.seed, kind="colour"))
-        ((question, answer),) = item.follow_ups
-        scene = item.scenes[0]
-        if answer in answers:
-            answers[answer] += 1
-        elif question in ("How many shapes are there?", "图中一共有几个图形？"):
-            assert answer == str(len(scene.shapes))
-        else:
-            assert 0 <= int(answer) <= len(scene.shapes)
-    assert min(answers.values()) > 5  # existence asked both ways, in both languages
+        assert item == scenes.with_follow_up(scenes.sample(item.seed, "count", "en"), 3)
+        questions = [item.question, *(q for q, _ in item.follow_ups)]
+        assert len(set(questions)) == len(questions)  # nothing asked twice
+        for question, answer in item.follow_ups:
+            assert answer == true_answer(question, item.scenes[0]), question
+            forms[next(f for f, p in EN_FOLLOW_UPS.items() if p.fullmatch(question))] += 1
+    assert min(forms.values()) > 60  # every form, at 3 turns of 300 samples
+    answers = [a for item in items for q, a in item.follow_ups if q.startswith("Is there")]
+    assert 0.3 < answers.count("yes") / len(answers) < 0.7  # existence asked both ways
+
+
+ZH_FOLLOW_UPS = {
+    "total": re.compile(r"图中一共有几个图形？"),
+    "count": re.compile(r"图中有几个(?:(?P<colour>\w+?)的)?(?P<noun>\w+)？"),
+    "exists": re.compile(r"图中有(?P<colour>\w+?)的(?P<kind>\w+)吗？"),
+    "colour": re.compile(r"(?P<kind>\w+)是什么颜色的？"),
+    "shape": re.compile(r"(?P<colour>\w+)的图形是什么形状？"),
+}
+ZH_WORDS = {**ZH_COLOUR, **ZH_SHAPE, "有": "yes", "没有": "no"}
+
+
+def test_chinese_follow_ups_are_true_of_the_earlier_image() -> None:
+    for seed in range(200):
+        item = scenes.with_follow_up(scenes.sample(seed, "colour", "zh"), 3)
+        for question, answer in item.follow_ups:
+            form, m = next((f, m) for f, p in ZH_FOLLOW_UPS.items() if (m := p.fullmatch(question)))
+            g = {k: ZH_WORDS.get(v or "", v) for k, v in m.groupdict().items()}
+            if form == "count":
+                noun = g["noun"]
+                g["noun"] = None if noun == "图形" else scenes.SHAPE_PLURAL[noun or ""]
+            assert ZH_WORDS.get(answer, answer) == answer_of(form, g, item.scenes[0]), question
+
+
+def test_one_follow_up_by_default() -> None:
+    item = scenes.with_follow_up(scenes.sample(5, "colour", "zh"))
+    assert len(item.follow_ups) == 1
 
 
 def test_multi_image_samples_get_no_follow_up() -> None:

@@ -364,6 +364,19 @@ def test_follow_up_share_picks_which_samples_continue() -> None:
     assert [a.question for a in always] == [n.question for n in never]  # same first turns
     half = [batches(0.5).item(seed) for seed in range(200)]
     assert 40 < sum(1 for item in half if item.follow_ups) < 110
+    three = train.SceneBatches(train.WEIGHTS, 4, seed=0, follow_up_share=1.0, follow_ups=3)
+    lengths = {len(three.item(seed).follow_ups) for seed in range(40)}
+    assert lengths == {0, 3}  # multi-image samples none, the others three
+
+
+def test_several_follow_up_turns_are_all_labelled() -> None:
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    tokens = encode.processor.tokenizer
+    item = scenes.with_follow_up(scenes.sample(8, kind="count", lang="en"), 3)
+    row = encode(item)
+    labelled = row["labels"][row["labels"] != train.IGNORE].tolist()
+    answers = [item.answer, *(a for _, a in item.follow_ups)]
+    assert labelled == [t for a in answers for t in tokens(a + "<|im_end|>")["input_ids"]]
 
 
 def one_batch() -> train.Batch:
@@ -531,6 +544,7 @@ def test_a_run_with_the_tower_frozen_from_the_start_keeps_it(tmp_path: Path) -> 
             *("--lr", "1e-2", "--warmup", "1"),
             *("--max-pixels", "28224", "--log-every", "1", "--freeze-vision-at", "0"),
             *("--name-weight", "1", "--pair-weight", "1", "--kinds", "spatial"),
+            *("--answer-weight", "1", "--answer-kinds", "spatial", "--follow-ups", "2"),
         ]
     )
     before = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tmp_path / "init"))
@@ -549,6 +563,7 @@ def test_a_run_with_the_tower_frozen_from_the_start_keeps_it(tmp_path: Path) -> 
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert all(0.0 <= s["elapsed_s"] < 600 for s in steps)
     assert any("eval" in r and "pair_labels" in r["eval"] for r in rows)
+    assert any("eval" in r and "answer_labels" in r["eval"] for r in rows)
 
 
 def loop_args(out: Path, *extra: str) -> list[str]:

@@ -7,6 +7,7 @@ each batch size, from the same fresh model with every training head on.
     python bench/bench_train_step.py --device cpu --batches 4 --workers 0 \
         --max-pixels 28224 --steps 2 --warmup 1 --data-skip 2 --data-batches 4   # CPU dry run
     python bench/bench_train_step.py --device cpu --workers 1 --data-only   # one worker
+    python bench/bench_train_step.py ... --train-options "--follow-ups 3"   # a recipe's
 
 The ratios (compiled / eager, both in this process) are the figures; a training run's
 rate is the smaller of the step's and the workers'. Prints one JSON document on stdout.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 from itertools import cycle
@@ -56,13 +58,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--data-only", action="store_true", help="the workers' rate alone (no model, no steps)"
     )
+    p.add_argument(
+        "--train-options",
+        default="",
+        help="more train.py options, as one string (e.g. \"--follow-ups 3 --answer-weight 1\")",
+    )
     return p.parse_args(argv)
 
 
 def training_args(args: argparse.Namespace, batch: int) -> argparse.Namespace:
     """train.py's options for a from-scratch run with every head."""
     argv = ["--out", "/tmp/bench-train-step", "--batch", str(batch), "--device", args.device]
-    argv += ["--workers", str(args.workers), *HEADS]
+    argv += ["--workers", str(args.workers), *HEADS, *shlex.split(args.train_options)]
     if args.max_pixels:
         argv += ["--max-pixels", str(args.max_pixels)]
     return train.parse_args(argv)

@@ -1,7 +1,7 @@
 """Probes of a demo checkpoint on the CPU: where the spatial yes/no answer is computed.
 
     .venv/bin/python scripts/probe_demo.py ranks  [--weights DIR] [--scenes 1500]
-    .venv/bin/python scripts/probe_demo.py answer [--weights DIR] [--n 1200]
+    .venv/bin/python scripts/probe_demo.py answer [--weights DIR] [--n 1200] [--lang both]
     .venv/bin/python scripts/probe_demo.py attention [--weights DIR] [--n 400] [--lang en]
     .venv/bin/python scripts/probe_demo.py errors [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py shape  [--weights DIR] [--n 1200]
@@ -12,7 +12,8 @@ spatial samples of training seeds 10^11 on (no run has drawn them: run seeds sto
 samples at seed x 10^10 + a few million).
 ``answer``: per language-model layer, a linear probe (70/30 split) of the right answer
 from the hidden state at the answer position, over the spatial yes/no questions among
-the first ``--n`` spatial questions of held-out set 7; and the model's own accuracy.
+the first ``--n`` spatial questions of held-out set 7 (of one language, or ``--lang
+both``); and the model's own accuracy.
 ``attention``: per (position before the answer, layer, head), the attention mass on the
 tokens covered by the two named shapes, A (named first) and B, over the yes/no
 questions of one language; the 25 largest.
@@ -116,6 +117,8 @@ def yes_no_questions(args: argparse.Namespace) -> YesNo:
     yes = [tokens(w)["input_ids"][0] for w in ("yes", "是")]
     no = [tokens(w)["input_ids"][0] for w in ("no", "否")]
     items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
+    if args.lang not in (None, "both"):  # answer: both languages unless one is asked for
+        items = [s for s in items if s.lang == args.lang]
     return YesNo(load(args.weights), encode, yes, no, items)
 
 
@@ -154,10 +157,11 @@ def covered_tokens(labels: torch.Tensor, shape: scenes.Shape, offset: int) -> li
 
 def probe_attention(args: argparse.Namespace) -> None:
     model, encode = load(args.weights, attentions=True), train.Encoder(train.WEIGHTS)
+    lang = args.lang or "en"
     items = [
         s
         for s in scenes.held_out(args.n, 7, ("spatial",))
-        if s.lang == args.lang and s.answer in YES_NO
+        if lang in (s.lang, "both") and s.answer in YES_NO
     ]
     mass: dict[tuple[int, int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for item in items:
@@ -175,7 +179,7 @@ def probe_attention(args: argparse.Namespace) -> None:
                     entry[1] += float(att[0, head, pos, b].sum()) / len(items)
     top = sorted(mass.items(), key=lambda kv: -sum(kv[1]))[:25]
     log.info(
-        "%d yes/no questions (%s); position -1 is the last before the answer", len(items), args.lang
+        "%d yes/no questions (%s); position -1 is the last before the answer", len(items), lang
     )
     for (pos, layer, head), (on_a, on_b) in top:
         log.info("position %3d layer %d head %d: A %.3f B %.3f", pos, layer, head, on_a, on_b)
@@ -262,7 +266,12 @@ def main() -> None:
     p.add_argument("--weights", type=Path, default=train.WEIGHTS)
     p.add_argument("--scenes", type=int, default=1500)
     p.add_argument("--n", type=int, default=1200)
-    p.add_argument("--lang", choices=scenes.LANGS, default="en")
+    p.add_argument(
+        "--lang",
+        choices=(*scenes.LANGS, "both"),
+        default=None,
+        help="attention (default en), answer (default both)",
+    )
     args = p.parse_args()
     probes = {
         "ranks": probe_ranks,

@@ -83,9 +83,7 @@ def _single_name(shape: scenes.Shape, kind: str, lang: scenes.Lang) -> str:
 
 def _alone(scene: scenes.Scene, shape: scenes.Shape, kind: str) -> bool:
     """``shape`` is the only one of its kind (a colour question) or colour (a shape one)."""
-    if kind == "colour":
-        return sum(s.kind == shape.kind for s in scene.shapes) == 1
-    return sum(s.colour == shape.colour for s in scene.shapes) == 1
+    return shape in scenes.alone_shapes(scene, "kind" if kind == "colour" else "colour")
 
 
 def look_alikes(item: scenes.Sample) -> int:
@@ -155,18 +153,13 @@ ANSWER_KINDS = ("count", "exists")  # the answer head's default: the types run 3
 
 
 def answer_labels(
-    item: scenes.Sample, ids: list[int], labels: list[int], kinds: tuple[str, ...] = ANSWER_KINDS
+    item: scenes.Sample, answer_at: int, token: int, kinds: tuple[str, ...] = ANSWER_KINDS
 ) -> torch.Tensor:
-    """``[answers, 2]``: for each turn that a question of one of ``kinds`` opens, and every
-    follow-up turn (totals, counts, existence, a colour or a shape: :func:`scenes.follow_up`),
-    the position whose logits give the answer's first token, and that token. ``ids`` and
-    ``labels`` are the sample's, as the encoder makes them (an answer's tokens labelled,
-    the rest ``-100``)."""
-    starts = [i for i in range(1, len(labels)) if labels[i] >= 0 and labels[i - 1] < 0]
-    rows = [[at - 1, ids[at]] for at in starts]
+    """``[1, 2]`` for a question of one of ``kinds``: the position whose logits give the
+    answer's first token (``answer_at``) and that token; ``[0, 2]`` otherwise."""
     if item.kind not in kinds:
-        rows = rows[1:]
-    return torch.tensor(rows, dtype=torch.long).view(-1, 2)
+        return torch.zeros((0, 2), dtype=torch.long)
+    return torch.tensor([[answer_at, token]])
 
 
 class NameHead(torch.nn.Module):

@@ -96,8 +96,10 @@ class Sample:
     question: str
     answer: str
     scenes: tuple[Scene, ...]
-    # later turns of the same conversation: (question, answer) about the same images
+    # later turns of the same conversation: (question, answer) about the same images,
+    # and each one's question type (the form :func:`follow_up` asked)
     follow_ups: tuple[tuple[str, str], ...] = ()
+    follow_up_kinds: tuple[str, ...] = ()
 
     def images(self) -> list[Image.Image]:
         return [render(scene) for scene in self.scenes]
@@ -310,29 +312,32 @@ def _exists_text(lang: Lang, colour: str, kind: str) -> str:
     return f"图中有{COLOUR_ZH[colour]}的{SHAPE_ZH[kind]}吗？"
 
 
-FOLLOW_UP_FORMS = ("total", "count", "exists", "colour", "shape")
+FOLLOW_UP_FORMS = ("total", "count", "exists", "colour", "shape", "spatial")
 
 
-def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> tuple[str, str]:
+def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> tuple[str, str, str]:
     """A later question about an earlier turn's ``scene``: the total count, a count (by
     colour and shape, by shape or by colour, as :func:`q_count` asks it, half the time
     about a shape that is there), existence (half the time of a shape that is there), or,
     where the scene has one, the colour of its only shape of a kind or the shape of its
-    only one of a colour."""
+    only one of a colour, or a yes/no spatial question about two of its shapes (else
+    existence). Returns the question, its answer and its type (one of :data:`KINDS`)."""
     form = rng.choice(FOLLOW_UP_FORMS)
     if form == "total":
-        return _total_text(lang), str(len(scene.shapes))
+        return _total_text(lang), str(len(scene.shapes)), "total"
+    if form == "spatial" and (made := _yes_no_about(scene, rng, lang, rng.choice(RELATIONS))):
+        return *made, "spatial"
     kind, colour = _follow_up_spec(scene, rng)
     if form == "count":
-        return _follow_up_count(scene, rng, lang, kind, colour)
-    alone = _alone_shapes(scene, "kind" if form == "colour" else "colour")
-    if form == "exists" or not alone:
+        return *_follow_up_count(scene, rng, lang, kind, colour), "count"
+    alone = alone_shapes(scene, "kind" if form == "colour" else "colour")
+    if form in ("exists", "spatial") or not alone:
         present = scene.count(colour, kind) > 0
-        return _exists_text(lang, colour, kind), (YES if present else NO)[lang]
+        return _exists_text(lang, colour, kind), (YES if present else NO)[lang], "exists"
     shape = rng.choice(alone)
     if form == "colour":
-        return _colour_text(lang, shape.kind, rng), _colour_word(lang, shape.colour)
-    return _shape_text(lang, shape.colour), _shape_word(lang, shape.kind)
+        return _colour_text(lang, shape.kind, rng), _colour_word(lang, shape.colour), "colour"
+    return _shape_text(lang, shape.colour), _shape_word(lang, shape.kind), "shape"
 
 
 def _follow_up_spec(scene: Scene, rng: random.Random) -> Spec:
@@ -352,10 +357,10 @@ def _follow_up_count(
     return _count_text(lang, by_colour, by_kind), str(scene.count(by_colour, by_kind))
 
 
-def _alone_shapes(scene: Scene, by: str) -> list[Shape]:
+def alone_shapes(scene: Scene, by: str) -> list[Shape]:
     """The scene's shapes that are the only one of their kind (``by="kind"``) or colour."""
-    key = (lambda s: s.kind) if by == "kind" else (lambda s: s.colour)
-    return [s for s in scene.shapes if sum(key(o) == key(s) for o in scene.shapes) == 1]
+    values = [s.kind if by == "kind" else s.colour for s in scene.shapes]
+    return [s for s, v in zip(scene.shapes, values, strict=True) if values.count(v) == 1]
 
 
 def with_follow_up(item: Sample, turns: int = 1) -> Sample:
@@ -365,15 +370,27 @@ def with_follow_up(item: Sample, turns: int = 1) -> Sample:
         return item
     rng = random.Random(f"follow-up {item.seed}")  # noqa: S311
     asked = {item.question}
-    later: list[tuple[str, str]] = []
+    later: list[tuple[str, str, str]] = []
     for _ in range(4 * turns):  # a few draws per turn: small scenes repeat questions
         if len(later) == turns:
             break
-        question, answer = follow_up(item.scenes[0], rng, item.lang)
+        question, answer, kind = follow_up(item.scenes[0], rng, item.lang)
         if question not in asked:
             asked.add(question)
-            later.append((question, answer))
-    return replace(item, follow_ups=tuple(later))
+            later.append((question, answer, kind))
+    return replace(
+        item,
+        follow_ups=tuple((q, a) for q, a, _ in later),
+        follow_up_kinds=tuple(k for _, _, k in later),
+    )
+
+
+def turns_of(item: Sample) -> list[Sample]:
+    """Each turn of ``item``'s conversation as a sample of its own type about the same
+    images, with no later turns: ``item`` itself first, then its follow-ups."""
+    first = replace(item, follow_ups=(), follow_up_kinds=())
+    later = zip(item.follow_ups, item.follow_up_kinds, strict=True)
+    return [first, *(replace(first, kind=k, question=q, answer=a) for (q, a), k in later)]
 
 
 def _axis(rel: str, s: Shape) -> float:
@@ -439,6 +456,14 @@ def _spatial_which(rng: random.Random, lang: Lang, rel: str) -> Made | None:
 def _spatial_yesno(rng: random.Random, lang: Lang, rel: str) -> Made | None:
     n = rng.randint(2, MAX_SHAPES)
     scene = scene_from(rng, lambda: [random_spec(rng) for _ in range(n)])
+    made = _yes_no_about(scene, rng, lang, rel)
+    return None if made is None else (*made, (scene,))
+
+
+def _yes_no_about(scene: Scene, rng: random.Random, lang: Lang, rel: str) -> tuple[str, str] | None:
+    """ "Is A ``rel`` of B?" about two of the scene's shapes, each alone of its kind and
+    colour, drawn at random; ``None`` where there are no two such or the answer is not
+    clear (their extents overlap on that axis)."""
     refs = _unique_refs(scene)
     if len(refs) < 2:
         return None
@@ -452,8 +477,8 @@ def _spatial_yesno(rng: random.Random, lang: Lang, rel: str) -> Made | None:
     answer = (TRUE if truth else FALSE)[lang]
     if lang == "en":
         where = REL_EN[rel] if rel in ("above", "below") else f"to the {REL_EN[rel]}"
-        return f"Is the {shape_name(a, lang)} {where} the {shape_name(b, lang)}?", answer, (scene,)
-    return f"{shape_name(a, lang)}在{shape_name(b, lang)}的{REL_ZH[rel]}吗？", answer, (scene,)
+        return f"Is the {shape_name(a, lang)} {where} the {shape_name(b, lang)}?", answer
+    return f"{shape_name(a, lang)}在{shape_name(b, lang)}的{REL_ZH[rel]}吗？", answer
 
 
 def q_spatial(rng: random.Random, lang: Lang, yes_no_share: float = 0.5) -> Made:

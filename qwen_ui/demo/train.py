@@ -66,8 +66,9 @@ class Encoder:
     template's fixed text around each image's ``<|image_pad|>`` run and the questions and
     answers, whose tokens do not depend on their neighbours (special tokens split the text
     first). A sample's follow-up turns continue the conversation; the labels cover every
-    answer and its ``<|im_end|>``. ``tests/demo/test_train.py`` pins all of it against the
-    processor called on the chat template as the engine calls it.
+    answer and its ``<|im_end|>``, the heads' labels (:mod:`names`) every turn.
+    ``tests/demo/test_train.py`` pins all of it against the processor called on the chat
+    template as the engine calls it.
     """
 
     def __init__(
@@ -126,30 +127,48 @@ class Encoder:
         return frames[:, :, 0].contiguous(), [1, grid_h, grid_w]
 
     def _conversation(
-        self, turns: list[tuple[str, str]], image_tokens: list[int]
-    ) -> tuple[list[int], list[int]]:
-        """Input ids and labels: the images in the first question, answers labelled."""
+        self, turns: list[scenes.Sample], image_tokens: list[int]
+    ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+        """Input ids and labels (the images in the first question, answers labelled), and
+        per turn where its question starts and the position whose logits give its
+        answer's first token."""
         before, after, gap = self.template
         ids = list(before)
         for n in image_tokens:
             ids += [modelcfg.VISION_START_ID, *[modelcfg.IMAGE_PAD_ID] * n, modelcfg.VISION_END_ID]
         labels = [IGNORE] * len(ids)
+        places = []
         tokens = self.processor.tokenizer
-        for i, (question, answer) in enumerate(turns):
-            asked = (gap if i else []) + tokens(question)["input_ids"] + after
-            reply = tokens(answer + "<|im_end|>")["input_ids"]
+        for i, turn in enumerate(turns):
+            start = len(ids) + (len(gap) if i else 0)
+            asked = (gap if i else []) + tokens(turn.question)["input_ids"] + after
+            reply = tokens(turn.answer + "<|im_end|>")["input_ids"]
             ids += asked + reply
             labels += [IGNORE] * len(asked) + reply
-        return ids, labels
+            places.append((start, len(ids) - len(reply) - 1))
+        return ids, labels, places
+
+    def _head_labels(
+        self, turns: list[scenes.Sample], places: list[tuple[int, int]], ids: list[int]
+    ) -> dict[str, torch.Tensor]:
+        """The language-model heads' labels (:mod:`names`) of every turn, by batch key."""
+        tokenizer = self.processor.tokenizer
+        parts: dict[str, list[torch.Tensor]] = defaultdict(list)
+        for turn, (start, at) in zip(turns, places, strict=True):
+            parts["name_labels"].append(names.name_labels(turn, tokenizer, start, self.name_kinds))
+            parts["pair_labels"].append(names.pair_labels(turn, at))
+            parts["referent_labels"].append(names.referent_labels(turn, at))
+            parts["answer_labels"].append(
+                names.answer_labels(turn, at, ids[at + 1], self.answer_kinds)
+            )
+        return {key: torch.cat(rows) for key, rows in parts.items()}
 
     def __call__(self, item: scenes.Sample) -> dict[str, Any]:
         encoded = [self._patches(image) for image in item.images()]
         grid_thw = torch.tensor([grid for _, grid in encoded])
         per_image = (grid_thw.prod(dim=1) // (MERGE * MERGE)).tolist()
-        turns = [(item.question, item.answer), *item.follow_ups]
-        id_list, label_list = self._conversation(turns, per_image)
-        question_start = len(self.template[0]) + sum(n + 2 for n in per_image)
-        answer_at = next(i for i, label in enumerate(label_list) if label != IGNORE) - 1
+        turns = scenes.turns_of(item)
+        id_list, label_list, places = self._conversation(turns, per_image)
         ids, labels = torch.tensor(id_list), torch.tensor(label_list)
         mm = (ids == modelcfg.IMAGE_PAD_ID).long()
         positions, _ = self.rope.get_rope_index(
@@ -170,12 +189,7 @@ class Encoder:
             "kind": item.kind,
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
-            "name_labels": names.name_labels(
-                item, self.processor.tokenizer, question_start, self.name_kinds
-            ),
-            "pair_labels": names.pair_labels(item, answer_at),
-            "referent_labels": names.referent_labels(item, answer_at),
-            "answer_labels": names.answer_labels(item, id_list, label_list, self.answer_kinds),
+            **self._head_labels(turns, places, id_list),
         }
 
 
@@ -1127,7 +1141,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=parse_answer_kinds,
         default=names.ANSWER_KINDS,
         help="comma-separated question types whose first answers the answer head reads "
-        f"(follow-up turns always; default {','.join(names.ANSWER_KINDS)})",
+        f"(first turns and follow-ups alike; default {','.join(names.ANSWER_KINDS)})",
     )
     p.add_argument(
         "--vision-lr-mult", type=float, default=1.0, help="learning rate of `visual` vs --lr"
@@ -1175,7 +1189,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=range(1, 5),
         default=1,
         help="follow-up turns in each such sample (1 to 4; each a total, a count, "
-        "existence, or the colour or shape of a shape alone of its kind or colour)",
+        "existence, the colour or shape of a shape alone of its kind or colour, or a yes/no "
+        "spatial question)",
     )
     p.add_argument(
         "--fresh-lm",

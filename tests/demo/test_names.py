@@ -212,30 +212,57 @@ def test_the_referent_head_is_built_saved_and_scored_under_its_key() -> None:
 
 
 def test_the_answer_head_reads_each_answers_first_token_where_it_is_given() -> None:
-    """Every labelled turn of a count or existence question, and every follow-up turn of
-    any question: the position before the answer and the answer's first token."""
+    """Every turn (first or follow-up) whose question is of an answer kind (count and
+    existence by default): the position before its answer and the answer's first token."""
     encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
     tokens = encode.processor.tokenizer
+    seen = 0
     for lang in scenes.LANGS:
-        for kind in ("count", "exists", "colour"):
-            item = scenes.with_follow_up(scenes.sample(3, kind, lang), 2)
-            row = encode(item)
-            answers = [item.answer, *(a for _, a in item.follow_ups)]
-            if kind == "colour":  # not an answer kind: its follow-ups alone
-                answers = answers[1:]
-            rows = row["answer_labels"].tolist()
-            assert [tokens.decode([t]) for _, t in rows] == [
-                tokens.decode(tokens(a)["input_ids"][:1]) for a in answers
-            ]
-            for position, token in rows:
-                assert row["labels"][position] == train.IGNORE
-                assert (
-                    int(row["labels"][position + 1]) == token == int(row["input_ids"][position + 1])
-                )
-    plain = encode(scenes.sample(4, "spatial", "en"))
-    assert plain["answer_labels"].shape == (0, 2)
+        for kind in ("count", "exists", "colour", "spatial"):
+            for seed in range(4):
+                item = scenes.with_follow_up(scenes.sample(seed, kind, lang), 3)
+                row = encode(item)
+                answers = [t.answer for t in scenes.turns_of(item) if t.kind in names.ANSWER_KINDS]
+                rows = row["answer_labels"].tolist()
+                assert [tokens.decode([t]) for _, t in rows] == [
+                    tokens.decode(tokens(a)["input_ids"][:1]) for a in answers
+                ]
+                for position, token in rows:
+                    assert row["labels"][position] == train.IGNORE
+                    assert int(row["labels"][position + 1]) == token
+                seen += len(rows)
+    assert seen > 40
     chosen = train.Encoder(train.WEIGHTS, max_pixels=28224, answer_kinds=("spatial",))
     assert chosen(scenes.sample(4, "spatial", "en"))["answer_labels"].shape == (1, 2)
+
+
+def test_follow_up_turns_are_labelled_as_questions_of_their_own_types() -> None:
+    """A yes/no spatial follow-up gets pair labels at its own answer, a colour or shape
+    follow-up referent labels, and its names name labels, as a first turn of that type
+    would."""
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224, name_kinds=names.NAMING_KINDS)
+    found = {"spatial": 0, "colour": 0, "shape": 0}
+    for seed in range(60):
+        item = scenes.with_follow_up(scenes.sample(seed, "total", "en"), 3)
+        row = encode(item)
+        later = scenes.turns_of(item)[1:]
+        spatial = [t for t in later if t.kind == "spatial"]
+        referring = [t for t in later if t.kind in names.SINGLE_NAME_KINDS]
+        assert len(row["pair_labels"]) == len(spatial)
+        assert len(row["referent_labels"]) == len(referring)
+        assert len(row["name_labels"]) == 2 * len(spatial) + len(referring)
+        for position, *_ in row["pair_labels"].tolist() + row["referent_labels"].tolist():
+            assert row["labels"][position] == train.IGNORE != row["labels"][position + 1]
+        for turn in later:
+            found[turn.kind] = found.get(turn.kind, 0) + 1
+        pairs = [names.pair_labels(t, 0)[0, 1:].tolist() for t in spatial]
+        assert [r[1:] for r in row["pair_labels"].tolist()] == pairs
+        ids, text = row["input_ids"].tolist(), encode.processor.tokenizer.decode
+        for position, *_ in row["name_labels"].tolist():  # ends a name in a later question
+            asked = text(ids[: position + 1]).rsplit("<|im_start|>user\n", 1)[1]
+            assert any(q.startswith(asked) for q in (t.question for t in later)), asked
+            assert asked.split()[-1] in (*scenes.SHAPES, *scenes.COLOURS), asked
+    assert min(found.values()) > 10
 
 
 def test_the_answer_head_is_built_on_the_vocabulary_and_its_kinds_are_checked() -> None:

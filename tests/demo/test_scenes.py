@@ -143,6 +143,10 @@ EN_FOLLOW_UPS = {
     "exists": re.compile(r"Is there an? (?P<colour>\w+) (?P<kind>\w+)\?"),
     "colour": re.compile(r"What colou?r is the (?P<kind>\w+)\?"),
     "shape": re.compile(r"What shape is the (?P<colour>\w+) one\?"),
+    "spatial": re.compile(
+        r"Is the (?P<colour>\w+) (?P<kind>\w+) (?:to the )?(?P<rel>left|right|above|below)"
+        r"(?: of)? the (?P<colour_b>\w+) (?P<kind_b>\w+)\?"
+    ),
 }
 ZH_COLOUR = {zh: en for en, zh in scenes.COLOUR_ZH.items()}
 ZH_SHAPE = {zh: en for en, zh in scenes.SHAPE_ZH.items()}
@@ -173,8 +177,25 @@ def answer_of(form: str, g: dict[str, str | None], scene: scenes.Scene) -> str:
     if form == "colour":
         (only,) = [s for s in shapes if s.kind == g["kind"]]
         return only.colour
+    if form == "spatial":
+        (a,) = [s for s in shapes if (s.kind, s.colour) == (g["kind"], g["colour"])]
+        (b,) = [s for s in shapes if (s.kind, s.colour) == (g["kind_b"], g["colour_b"])]
+        return spatial_truth(g["rel"] or "", a, b)
     (only,) = [s for s in shapes if s.colour == g["colour"]]
     return only.kind
+
+
+def spatial_truth(rel: str, a: scenes.Shape, b: scenes.Shape) -> str:
+    """ "yes" when A's extent lies wholly on the ``rel`` side of B's, "no" when A's centre
+    lies on the other side of B's (by a quarter of B's radius); no third case is asked."""
+    sign, coord = {"left": (-1, "cx"), "right": (1, "cx"), "above": (-1, "cy"), "below": (1, "cy")}[
+        rel
+    ]
+    at_a, at_b = sign * getattr(a, coord), sign * getattr(b, coord)
+    if at_a - a.r > at_b + b.r:
+        return "yes"
+    assert at_a < at_b - 0.25 * b.r, "an unclear relation was asked"
+    return "no"
 
 
 def test_follow_ups_are_true_of_the_earlier_image() -> None:
@@ -198,8 +219,13 @@ ZH_FOLLOW_UPS = {
     "exists": re.compile(r"图中有(?P<colour>\w+?)的(?P<kind>\w+)吗？"),
     "colour": re.compile(r"(?P<kind>\w+)是什么颜色的？"),
     "shape": re.compile(r"(?P<colour>\w+)的图形是什么形状？"),
+    "spatial": re.compile(
+        r"(?P<colour>[^在]+?色)(?P<kind>[^在]+)在(?P<colour_b>.+?色)(?P<kind_b>.+)"
+        r"的(?P<rel>左边|右边|上面|下面)吗？"
+    ),
 }
-ZH_WORDS = {**ZH_COLOUR, **ZH_SHAPE, "有": "yes", "没有": "no"}
+ZH_REL = {"左边": "left", "右边": "right", "上面": "above", "下面": "below"}
+ZH_WORDS = {**ZH_COLOUR, **ZH_SHAPE, **ZH_REL, "有": "yes", "没有": "no", "是": "yes", "否": "no"}
 
 
 def test_chinese_follow_ups_are_true_of_the_earlier_image() -> None:

@@ -61,7 +61,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--train-options",
         default="",
-        help="more train.py options, as one string (e.g. \"--follow-ups 3 --answer-weight 1\")",
+        help="more train.py options, as one string (e.g. '--follow-ups 3 --answer-weight 1')",
     )
     return p.parse_args(argv)
 

@@ -5,6 +5,7 @@
     .venv/bin/python scripts/probe_demo.py attention [--weights DIR] [--n 400] [--lang en]
     .venv/bin/python scripts/probe_demo.py errors [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py shape  [--weights DIR] [--n 1200]
+    .venv/bin/python scripts/probe_demo.py heads  --weights DIR --heads DIR/heads.pt [--n 800]
 
 ``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
 across and down (``train.rank_labels``) of the shape covering each token, on English
@@ -24,6 +25,8 @@ answer, language, relation, shape count, look-alikes of A or B, the gap between 
 ("What shape is the red one?"), right per language and by how many kinds of shape the
 scene holds; of the wrong answers, how many name a kind in the scene and how many one of
 its most common kinds.
+``heads``: a run's saved name and pair heads on the yes/no spatial questions among the
+first ``--n`` spatial questions of set 7, per language.
 Figures from these are in docs/demo-model.md ("Eleventh session" to "Thirteenth session").
 """
 
@@ -255,6 +258,32 @@ def probe_shape(args: argparse.Namespace) -> None:
         log.info("%-32s %5d", key, value)
 
 
+def probe_heads(args: argparse.Namespace) -> None:
+    """The run's saved name and pair heads (``--heads``, its ``heads.pt``) on the yes/no
+    spatial questions among the first ``--n`` spatial questions of set 7, per language:
+    the labelled positions with every rank right."""
+    model = load(args.weights)
+    width = model.config.text_config.hidden_size
+    states = torch.load(args.heads, map_location="cpu", weights_only=True)
+    heads = {
+        "name_labels": names.NameHead(width, 1.0, args.name_layer),
+        "pair_labels": names.NameHead(width, 1.0, args.pair_layer, outputs=2 * names.N_AXES),
+    }
+    for key, head in heads.items():
+        head.load_state_dict({k: v.float() for k, v in states[key].items()})
+    encode = train.Encoder(train.WEIGHTS)
+    items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
+    for lang in scenes.LANGS:
+        rows = [encode(s) for s in items if s.lang == lang]
+        batch = train.to_device(train.collate(rows), torch.device("cpu"))
+        with torch.no_grad():
+            hidden = train.forward_parts(model, batch, hidden=True).hidden
+        for key, head in heads.items():
+            _, stats = head.loss(hidden[head.layer], batch[key])  # type: ignore[index]
+            hit, n = int(stats["name_hit"]), int(stats["names"])
+            log.info("%s %-11s right on %d of %d (%.3f)", lang, key, hit, n, hit / n)
+
+
 def _kind_word(kind: str, lang: scenes.Lang) -> str:
     return kind if lang == "en" else scenes.SHAPE_ZH[kind]
 
@@ -262,8 +291,11 @@ def _kind_word(kind: str, lang: scenes.Lang) -> str:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("ranks", "answer", "attention", "errors", "shape"))
+    p.add_argument("what", choices=("ranks", "answer", "attention", "errors", "shape", "heads"))
     p.add_argument("--weights", type=Path, default=train.WEIGHTS)
+    p.add_argument("--heads", type=Path, help="heads: the run's heads.pt")
+    p.add_argument("--name-layer", type=int, default=3, help="heads: the name head's layer")
+    p.add_argument("--pair-layer", type=int, default=4, help="heads: the pair head's layer")
     p.add_argument("--scenes", type=int, default=1500)
     p.add_argument("--n", type=int, default=1200)
     p.add_argument(
@@ -279,6 +311,7 @@ def main() -> None:
         "attention": probe_attention,
         "errors": probe_errors,
         "shape": probe_shape,
+        "heads": probe_heads,
     }
     probes[args.what](args)
 

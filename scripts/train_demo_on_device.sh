@@ -29,6 +29,12 @@ for a in "$@"; do
 done
 out=${OUT:-/tmp/out}
 run=/tmp/demo-run
+# a warm machine keeps the last call's run: move it aside (its metrics must not run on in
+# this call's file); on a warm machine the next call of one schedule can take its weights
+# from there instead of carrying them: --init /tmp/demo-prev/model --init-heads
+# /tmp/demo-prev/heads.pt
+rm -rf /tmp/demo-prev
+if [[ -d $run ]]; then mv "$run" /tmp/demo-prev; fi
 export PYTHONUNBUFFERED=1
 unset PYTHONPATH
 # the wall limit leaves a minute for start-up, the last evaluation and the save

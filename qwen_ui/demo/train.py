@@ -932,7 +932,7 @@ def save(
     model: Any, out: Path, step: int, aux: AuxHead | None = None, heads: LanguageHeads = ()
 ) -> None:
     """Save a bf16 copy (the stock forward; training keeps fp32 master weights) and, beside
-    it, the training-only heads (``heads.pt``, fp32) that a run continued in another call
+    it, the training-only heads (``heads.pt``, bf16) that a run continued in another call
     takes back with ``--init-heads``."""
     target = out / "model"
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(str(target), max_shard_size="12MB")
@@ -945,8 +945,11 @@ HEADS_FILE = "heads.pt"
 
 
 def head_states(aux: AuxHead, heads: LanguageHeads) -> dict[str, dict[str, torch.Tensor]]:
-    """The training-only heads' weights, by name (``aux`` and each head's batch key)."""
-    return {"aux": aux.state_dict(), **{key: head.state_dict() for key, head in heads}}
+    """The training-only heads' weights, by name (``aux`` and each head's batch key), in
+    bf16: half the bytes a device call carries to the next (the answer head alone is
+    1,024 x 384 weights), and a next call trains on from them in fp32 again."""
+    states = {"aux": aux.state_dict(), **{key: head.state_dict() for key, head in heads}}
+    return {k: {n: t.to(torch.bfloat16) for n, t in s.items()} for k, s in states.items()}
 
 
 def load_heads(path: Path, aux: AuxHead, heads: LanguageHeads) -> None:

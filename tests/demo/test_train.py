@@ -588,6 +588,7 @@ def test_a_compiled_run_saves_its_heads_and_a_next_call_takes_them_back(tmp_path
     first, second = tmp_path / "first", tmp_path / "second"
     train.main(loop_args(first, "--steps", "2", "--lr", "1e-2", "--compile"))
     saved = torch.load(first / train.HEADS_FILE, weights_only=True)
+    assert {t.dtype for state in saved.values() for t in state.values()} == {torch.bfloat16}
     assert set(saved) == {"aux", "name_labels", "pair_labels"}
     assert all(t.abs().sum() > 0 for t in saved["aux"].values())
     init = ("--init", str(first / "model"), "--init-heads", str(first / train.HEADS_FILE))

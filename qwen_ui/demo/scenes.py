@@ -320,13 +320,15 @@ def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> tuple[str, str, s
     colour and shape, by shape or by colour, as :func:`q_count` asks it, half the time
     about a shape that is there), existence (half the time of a shape that is there), or,
     where the scene has one, the colour of its only shape of a kind or the shape of its
-    only one of a colour, or a yes/no spatial question about two of its shapes (else
-    existence). Returns the question, its answer and its type (one of :data:`KINDS`)."""
+    only one of a colour, or a yes/no spatial question about two of its shapes (a few
+    tries, else existence). Returns the question, its answer and its type (one of :data:`KINDS`)."""
     form = rng.choice(FOLLOW_UP_FORMS)
     if form == "total":
         return _total_text(lang), str(len(scene.shapes)), "total"
-    if form == "spatial" and (made := _yes_no_about(scene, rng, lang, rng.choice(RELATIONS))):
-        return *made, "spatial"
+    # spatial: a few pairs and relations, as many are not clear-cut
+    for _ in range(4 if form == "spatial" else 0):
+        if made := _yes_no_about(scene, rng, lang, rng.choice(RELATIONS)):
+            return *made, "spatial"
     kind, colour = _follow_up_spec(scene, rng)
     if form == "count":
         return *_follow_up_count(scene, rng, lang, kind, colour), "count"

@@ -26,6 +26,7 @@ first token, says that token (the answer asked early, as deep supervision does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -160,6 +161,32 @@ def answer_labels(
     if item.kind not in kinds:
         return torch.zeros((0, 2), dtype=torch.long)
     return torch.tensor([[answer_at, token]])
+
+
+@dataclass(frozen=True)
+class Labelling:
+    """The question types the heads label: the names of ``name_kinds`` (the name head) and
+    the answers of ``answer_kinds`` (the answer head); the pair and referent labels go
+    with their own types."""
+
+    name_kinds: tuple[str, ...] = ("spatial",)
+    answer_kinds: tuple[str, ...] = ANSWER_KINDS
+
+    def turn_labels(
+        self, turn: scenes.Sample, tokenizer: Any, start: int, answer_at: int, token: int
+    ) -> dict[str, torch.Tensor]:
+        """Every head's labels of one turn, by batch key: its question starts at ``start``
+        in the sample's ids, and the logits at ``answer_at`` give its answer's first
+        ``token``."""
+        return {
+            "name_labels": name_labels(turn, tokenizer, start, self.name_kinds),
+            "pair_labels": pair_labels(turn, answer_at),
+            "referent_labels": referent_labels(turn, answer_at),
+            "answer_labels": answer_labels(turn, answer_at, token, self.answer_kinds),
+        }
+
+
+DEFAULT_LABELLING = Labelling()  # spatial names; count and existence answers
 
 
 class NameHead(torch.nn.Module):

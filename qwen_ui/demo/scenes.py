@@ -15,7 +15,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from PIL import Image, ImageDraw
 
@@ -88,6 +88,14 @@ class Scene:
         return sum(1 for s in self.shapes if _matches(s, colour, kind))
 
 
+class FollowUp(NamedTuple):
+    """A later turn of a conversation: its question, answer and question type."""
+
+    question: str
+    answer: str
+    kind: str
+
+
 @dataclass(frozen=True)
 class Sample:
     seed: int
@@ -96,10 +104,8 @@ class Sample:
     question: str
     answer: str
     scenes: tuple[Scene, ...]
-    # later turns of the same conversation: (question, answer) about the same images,
-    # and each one's question type (the form :func:`follow_up` asked)
-    follow_ups: tuple[tuple[str, str], ...] = ()
-    follow_up_kinds: tuple[str, ...] = ()
+    # later turns of the same conversation, about the same images
+    follow_ups: tuple[FollowUp, ...] = ()
 
     def images(self) -> list[Image.Image]:
         return [render(scene) for scene in self.scenes]
@@ -315,31 +321,31 @@ def _exists_text(lang: Lang, colour: str, kind: str) -> str:
 FOLLOW_UP_FORMS = ("total", "count", "exists", "colour", "shape", "spatial")
 
 
-def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> tuple[str, str, str]:
-    """A later question about an earlier turn's ``scene``: the total count, a count (by
-    colour and shape, by shape or by colour, as :func:`q_count` asks it, half the time
-    about a shape that is there), existence (half the time of a shape that is there), or,
-    where the scene has one, the colour of its only shape of a kind or the shape of its
-    only one of a colour, or a yes/no spatial question about two of its shapes (a few
-    tries, else existence). Returns the question, its answer and its type (one of :data:`KINDS`)."""
+def follow_up(scene: Scene, rng: random.Random, lang: Lang) -> FollowUp:
+    """A later question about an earlier turn's ``scene``: the total count, a yes/no
+    spatial question about two of its shapes (a few tries), where the scene has one the
+    colour of its only shape of a kind or the shape of its only one of a colour, a count
+    (by colour and shape, by shape or by colour, as :func:`q_count` asks it, half the time
+    about a shape that is there), else existence (half the time of a shape that is
+    there)."""
     form = rng.choice(FOLLOW_UP_FORMS)
     if form == "total":
-        return _total_text(lang), str(len(scene.shapes)), "total"
-    # spatial: a few pairs and relations, as many are not clear-cut
-    for _ in range(4 if form == "spatial" else 0):
+        return FollowUp(_total_text(lang), str(len(scene.shapes)), "total")
+    for _ in range(4 if form == "spatial" else 0):  # many pairs are not clear-cut
         if made := _yes_no_about(scene, rng, lang, rng.choice(RELATIONS)):
-            return *made, "spatial"
+            return FollowUp(*made, "spatial")
+    by = {"colour": "kind", "shape": "colour"}.get(form)
+    if by and (alone := alone_shapes(scene, by)):
+        shape = rng.choice(alone)
+        if form == "colour":
+            text = _colour_text(lang, shape.kind, rng)
+            return FollowUp(text, _colour_word(lang, shape.colour), "colour")
+        return FollowUp(_shape_text(lang, shape.colour), _shape_word(lang, shape.kind), "shape")
     kind, colour = _follow_up_spec(scene, rng)
     if form == "count":
-        return *_follow_up_count(scene, rng, lang, kind, colour), "count"
-    alone = alone_shapes(scene, "kind" if form == "colour" else "colour")
-    if form in ("exists", "spatial") or not alone:
-        present = scene.count(colour, kind) > 0
-        return _exists_text(lang, colour, kind), (YES if present else NO)[lang], "exists"
-    shape = rng.choice(alone)
-    if form == "colour":
-        return _colour_text(lang, shape.kind, rng), _colour_word(lang, shape.colour), "colour"
-    return _shape_text(lang, shape.colour), _shape_word(lang, shape.kind), "shape"
+        return FollowUp(*_follow_up_count(scene, rng, lang, kind, colour), "count")
+    present = scene.count(colour, kind) > 0
+    return FollowUp(_exists_text(lang, colour, kind), (YES if present else NO)[lang], "exists")
 
 
 def _follow_up_spec(scene: Scene, rng: random.Random) -> Spec:
@@ -372,27 +378,25 @@ def with_follow_up(item: Sample, turns: int = 1) -> Sample:
         return item
     rng = random.Random(f"follow-up {item.seed}")  # noqa: S311
     asked = {item.question}
-    later: list[tuple[str, str, str]] = []
+    later: list[FollowUp] = []
     for _ in range(4 * turns):  # a few draws per turn: small scenes repeat questions
         if len(later) == turns:
             break
-        question, answer, kind = follow_up(item.scenes[0], rng, item.lang)
-        if question not in asked:
-            asked.add(question)
-            later.append((question, answer, kind))
-    return replace(
-        item,
-        follow_ups=tuple((q, a) for q, a, _ in later),
-        follow_up_kinds=tuple(k for _, _, k in later),
-    )
+        turn = follow_up(item.scenes[0], rng, item.lang)
+        if turn.question not in asked:
+            asked.add(turn.question)
+            later.append(turn)
+    return replace(item, follow_ups=tuple(later))
 
 
 def turns_of(item: Sample) -> list[Sample]:
     """Each turn of ``item``'s conversation as a sample of its own type about the same
     images, with no later turns: ``item`` itself first, then its follow-ups."""
-    first = replace(item, follow_ups=(), follow_up_kinds=())
-    later = zip(item.follow_ups, item.follow_up_kinds, strict=True)
-    return [first, *(replace(first, kind=k, question=q, answer=a) for (q, a), k in later)]
+    first = replace(item, follow_ups=())
+    later = (
+        replace(first, kind=f.kind, question=f.question, answer=f.answer) for f in item.follow_ups
+    )
+    return [first, *later]
 
 
 def _axis(rel: str, s: Shape) -> float:

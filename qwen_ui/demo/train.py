@@ -75,13 +75,11 @@ class Encoder:
         self,
         processor_dir: Path,
         max_pixels: int | None = None,
-        name_kinds: tuple[str, ...] = ("spatial",),
-        answer_kinds: tuple[str, ...] = names.ANSWER_KINDS,
+        labelling: names.Labelling = names.DEFAULT_LABELLING,
     ) -> None:
         from transformers import AutoProcessor, Qwen2_5_VLModel
 
-        self.name_kinds = name_kinds  # the question types whose names are labelled
-        self.answer_kinds = answer_kinds  # ... and whose answers the answer head reads
+        self.labelling = labelling
         self.processor = AutoProcessor.from_pretrained(str(processor_dir))
         image = self.processor.image_processor
         if max_pixels is not None:  # smaller images for CPU probes (not for real runs)
@@ -153,15 +151,11 @@ class Encoder:
     ) -> dict[str, torch.Tensor]:
         """The language-model heads' labels (:mod:`names`) of every turn, by batch key."""
         tokenizer = self.processor.tokenizer
-        parts: dict[str, list[torch.Tensor]] = defaultdict(list)
-        for turn, (start, at) in zip(turns, places, strict=True):
-            parts["name_labels"].append(names.name_labels(turn, tokenizer, start, self.name_kinds))
-            parts["pair_labels"].append(names.pair_labels(turn, at))
-            parts["referent_labels"].append(names.referent_labels(turn, at))
-            parts["answer_labels"].append(
-                names.answer_labels(turn, at, ids[at + 1], self.answer_kinds)
-            )
-        return {key: torch.cat(rows) for key, rows in parts.items()}
+        per_turn = [
+            self.labelling.turn_labels(turn, tokenizer, start, at, ids[at + 1])
+            for turn, (start, at) in zip(turns, places, strict=True)
+        ]
+        return {key: torch.cat([labels[key] for labels in per_turn]) for key in per_turn[0]}
 
     def __call__(self, item: scenes.Sample) -> dict[str, Any]:
         encoded = [self._patches(image) for image in item.images()]
@@ -392,15 +386,13 @@ class SceneBatches(IterableDataset[Batch]):
         follow_up_share: float = 0.0,
         kind_weights: dict[str, float] | None = None,
         yes_no_share: float = 0.5,
-        name_kinds: tuple[str, ...] = ("spatial",),
+        labelling: names.Labelling = names.DEFAULT_LABELLING,
         follow_ups: int = 1,
-        answer_kinds: tuple[str, ...] = names.ANSWER_KINDS,
     ) -> None:
         self.processor_dir = processor_dir
         self.yes_no_share = yes_no_share
-        self.name_kinds = name_kinds
+        self.labelling = labelling
         self.follow_ups = follow_ups
-        self.answer_kinds = answer_kinds
         self.pairs, self.weights = weighted_pairs(kinds, kind_weights or {})
         self.batch_size = batch_size
         self.seed = seed
@@ -419,7 +411,7 @@ class SceneBatches(IterableDataset[Batch]):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         torch.set_num_threads(1)
-        encode = Encoder(self.processor_dir, self.max_pixels, self.name_kinds, self.answer_kinds)
+        encode = Encoder(self.processor_dir, self.max_pixels, self.labelling)
         base = self.seed * 10**10
         order = random.Random(base + worker)  # noqa: S311
         index = worker
@@ -449,10 +441,9 @@ def held_out_batches(
     batch_size: int,
     kinds: tuple[str, ...] = scenes.KINDS,
     max_pixels: int | None = None,
-    name_kinds: tuple[str, ...] = ("spatial",),
-    answer_kinds: tuple[str, ...] = names.ANSWER_KINDS,
+    labelling: names.Labelling = names.DEFAULT_LABELLING,
 ) -> list[Batch]:
-    encode = Encoder(processor_dir, max_pixels, name_kinds, answer_kinds)
+    encode = Encoder(processor_dir, max_pixels, labelling)
     items = held_out_samples(n, kinds)
     return [
         collate([encode(s) for s in items[i : i + batch_size]]) for i in range(0, n, batch_size)
@@ -995,18 +986,16 @@ def parse_share(text: str) -> float:
     return share
 
 
-def parse_name_kinds(text: str) -> tuple[str, ...]:
-    kinds = tuple(text.split(","))
-    if any(k not in names.NAMING_KINDS for k in kinds):
-        raise argparse.ArgumentTypeError(f"name kinds are among {', '.join(names.NAMING_KINDS)}")
-    return kinds
+def kinds_among(allowed: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
+    """An argument parser of comma-separated question types, each one of ``allowed``."""
 
+    def parse(text: str) -> tuple[str, ...]:
+        kinds = tuple(filter(None, text.split(",")))
+        if any(k not in allowed for k in kinds):
+            raise argparse.ArgumentTypeError(f"{what} are among {', '.join(allowed)}")
+        return kinds
 
-def parse_answer_kinds(text: str) -> tuple[str, ...]:
-    kinds = tuple(filter(None, text.split(",")))
-    if any(k not in scenes.KINDS for k in kinds):
-        raise argparse.ArgumentTypeError(f"answer kinds are among {', '.join(scenes.KINDS)}")
-    return kinds
+    return parse
 
 
 def parse_seed(text: str) -> int:
@@ -1141,7 +1130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--answer-kinds",
-        type=parse_answer_kinds,
+        type=kinds_among(scenes.KINDS, "answer kinds"),
         default=names.ANSWER_KINDS,
         help="comma-separated question types whose first answers the answer head reads "
         f"(first turns and follow-ups alike; default {','.join(names.ANSWER_KINDS)})",
@@ -1209,7 +1198,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--name-kinds",
-        type=parse_name_kinds,
+        type=kinds_among(names.NAMING_KINDS, "name kinds"),
         default=("spatial",),
         help="comma-separated question types whose named shapes the name head labels "
         f"(of {','.join(names.NAMING_KINDS)}; run 29's: spatial)",
@@ -1304,6 +1293,10 @@ def make_optimizer(
     return torch.optim.AdamW(param_groups, lr=lr, betas=(0.9, 0.98), eps=1e-8, fused=True)
 
 
+def labelling_of(args: argparse.Namespace) -> names.Labelling:
+    return names.Labelling(args.name_kinds, args.answer_kinds)
+
+
 def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[Batch]:
     """Training batches from ``args.workers`` DataLoader workers (:class:`SceneBatches`)."""
     dataset = SceneBatches(
@@ -1315,9 +1308,8 @@ def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[B
         args.follow_up_share,
         args.kind_weights,
         args.yes_no_share,
-        args.name_kinds,
+        labelling_of(args),
         args.follow_ups,
-        args.answer_kinds,
     )
     return DataLoader(
         dataset,
@@ -1420,8 +1412,7 @@ def run(args: argparse.Namespace) -> None:
             128,
             kinds,
             args.max_pixels,
-            args.name_kinds,
-            args.answer_kinds,
+            labelling_of(args),
         )
     ]
     log.info("equivalence %s", check_equivalence(model, held[0], attention))

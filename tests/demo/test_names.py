@@ -60,7 +60,7 @@ def test_colour_and_shape_questions_name_the_shape_their_answer_is_about(
     answer; of "What shape is the red one?" the one red shape, whose kind is the answer.
     Labelled only when the name head is asked for those types, at the token holding the
     end of the word that names it."""
-    encode = train.Encoder(train.WEIGHTS, max_pixels=28224, name_kinds=names.NAMING_KINDS)
+    encode = train.Encoder(train.WEIGHTS, 28224, names.Labelling(name_kinds=names.NAMING_KINDS))
     plain = train.Encoder(train.WEIGHTS, max_pixels=28224)
     tokens = encode.processor.tokenizer
     for kind in ("colour", "shape"):
@@ -232,7 +232,7 @@ def test_the_answer_head_reads_each_answers_first_token_where_it_is_given() -> N
                     assert int(row["labels"][position + 1]) == token
                 seen += len(rows)
     assert seen > 40
-    chosen = train.Encoder(train.WEIGHTS, max_pixels=28224, answer_kinds=("spatial",))
+    chosen = train.Encoder(train.WEIGHTS, 28224, names.Labelling(answer_kinds=("spatial",)))
     assert chosen(scenes.sample(4, "spatial", "en"))["answer_labels"].shape == (1, 2)
 
 
@@ -240,7 +240,7 @@ def test_follow_up_turns_are_labelled_as_questions_of_their_own_types() -> None:
     """A yes/no spatial follow-up gets pair labels at its own answer, a colour or shape
     follow-up referent labels, and its names name labels, as a first turn of that type
     would."""
-    encode = train.Encoder(train.WEIGHTS, max_pixels=28224, name_kinds=names.NAMING_KINDS)
+    encode = train.Encoder(train.WEIGHTS, 28224, names.Labelling(name_kinds=names.NAMING_KINDS))
     found = {"spatial": 0, "colour": 0, "shape": 0}
     for seed in range(60):
         item = scenes.with_follow_up(scenes.sample(seed, "total", "en"), 3)

@@ -203,13 +203,13 @@ def test_follow_ups_are_true_of_the_earlier_image() -> None:
     forms = {form: 0 for form in EN_FOLLOW_UPS}
     for item in items:
         assert item == scenes.with_follow_up(scenes.sample(item.seed, "count", "en"), 3)
-        questions = [item.question, *(q for q, _ in item.follow_ups)]
+        questions = [item.question, *(f.question for f in item.follow_ups)]
         assert len(set(questions)) == len(questions)  # nothing asked twice
-        for question, answer in item.follow_ups:
+        for question, answer, _ in item.follow_ups:
             assert answer == true_answer(question, item.scenes[0]), question
             forms[next(f for f, p in EN_FOLLOW_UPS.items() if p.fullmatch(question))] += 1
     assert min(forms.values()) > 60  # every form, at 3 turns of 300 samples
-    answers = [a for item in items for q, a in item.follow_ups if q.startswith("Is there")]
+    answers = [a for item in items for q, a, _ in item.follow_ups if q.startswith("Is there")]
     assert 0.3 < answers.count("yes") / len(answers) < 0.7  # existence asked both ways
 
 
@@ -231,7 +231,7 @@ ZH_WORDS = {**ZH_COLOUR, **ZH_SHAPE, **ZH_REL, "有": "yes", "没有": "no", "�
 def test_chinese_follow_ups_are_true_of_the_earlier_image() -> None:
     for seed in range(200):
         item = scenes.with_follow_up(scenes.sample(seed, "colour", "zh"), 3)
-        for question, answer in item.follow_ups:
+        for question, answer, _ in item.follow_ups:
             form, m = next((f, m) for f, p in ZH_FOLLOW_UPS.items() if (m := p.fullmatch(question)))
             g = {k: ZH_WORDS.get(v or "", v) for k, v in m.groupdict().items()}
             if form == "count":

@@ -162,7 +162,7 @@ def processor_row(encode: train.Encoder, item: scenes.Sample) -> dict[str, torch
     """The reference: the processor called on the chat template, as the engine calls it
     (``qwen_ui.engine.pipelines.messages``), up to the last question."""
     turns = [Turn(item.question, len(item.scenes), item.answer)]
-    turns += [Turn(q, 0, a) for q, a in item.follow_ups]
+    turns += [Turn(q, 0, a) for q, a, _ in item.follow_ups]
     last = turns[-1]
     turns[-1] = Turn(last.question, last.image_count)
     prompt = encode.processor.apply_chat_template(
@@ -201,7 +201,7 @@ def test_follow_up_turns_continue_the_conversation() -> None:
         labelled = row["labels"] != train.IGNORE
         tokens = encode.processor.tokenizer
         first = tokens(item.answer + "<|im_end|>")["input_ids"]
-        second = tokens(item.follow_ups[0][1] + "<|im_end|>")["input_ids"]
+        second = tokens(item.follow_ups[0].answer + "<|im_end|>")["input_ids"]
         assert row["labels"][labelled].tolist() == first + second
         assert labelled[len(prompt) :].all()  # the last answer ends the row
 
@@ -375,7 +375,7 @@ def test_several_follow_up_turns_are_all_labelled() -> None:
     item = scenes.with_follow_up(scenes.sample(8, kind="count", lang="en"), 3)
     row = encode(item)
     labelled = row["labels"][row["labels"] != train.IGNORE].tolist()
-    answers = [item.answer, *(a for _, a in item.follow_ups)]
+    answers = [item.answer, *(f.answer for f in item.follow_ups)]
     assert labelled == [t for a in answers for t in tokens(a + "<|im_end|>")["input_ids"]]
 
 

@@ -265,12 +265,11 @@ def probe_heads(args: argparse.Namespace) -> None:
     model = load(args.weights)
     width = model.config.text_config.hidden_size
     states = torch.load(args.heads, map_location="cpu", weights_only=True)
-    heads = {
-        "name_labels": names.NameHead(width, 1.0, args.name_layer),
-        "pair_labels": names.NameHead(width, 1.0, args.pair_layer, outputs=2 * names.N_AXES),
-    }
+    options = ["--out", "unused", "--name-weight", "1", "--pair-weight", "1"]
+    options += ["--name-layer", str(args.name_layer), "--pair-layer", str(args.pair_layer)]
+    heads = dict(train.language_heads(train.parse_args(options), width, torch.device("cpu")))
     for key, head in heads.items():
-        head.load_state_dict({k: v.float() for k, v in states[key].items()})
+        head.load_state_dict(states[key])
     encode = train.Encoder(train.WEIGHTS)
     items = [s for s in scenes.held_out(args.n, 7, ("spatial",)) if s.answer in YES_NO]
     for lang in scenes.LANGS:

@@ -6,6 +6,7 @@
     .venv/bin/python scripts/probe_demo.py errors [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py shape  [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py heads  --weights DIR --heads DIR/heads.pt [--n 800]
+    .venv/bin/python scripts/probe_demo.py relation [--weights DIR] [--n 1200]
 
 ``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
 across and down (``train.rank_labels``) of the shape covering each token, on English
@@ -27,6 +28,10 @@ scene holds; of the wrong answers, how many name a kind in the scene and how man
 its most common kinds.
 ``heads``: a run's saved name and pair heads on the yes/no spatial questions among the
 first ``--n`` spatial questions of set 7, per language.
+``relation``: per language-model layer, at the answer position of the spatial yes/no
+questions among the first ``--n`` of set 7, linear probes of the relation asked and of
+the right answer: fitted on 70 % of one language's and scored on the rest of it, and
+fitted on all of one language's and scored on the other's (is it the same code in both?).
 Figures from these are in docs/demo-model.md ("Eleventh session" to "Thirteenth session").
 """
 
@@ -145,6 +150,62 @@ def probe_answer(args: argparse.Namespace) -> None:
         log.info("%s: the right answer probed at %.3f", where, accuracy)
 
 
+def fitted_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> Any:
+    """A logistic regression from ``x`` to ``y``, fitted on all of them: a function that
+    scores other (x, y)."""
+    mean, std = x.mean(0), x.std(0) + 1e-5
+    head = torch.nn.Linear(x.shape[1], classes)
+    opt = torch.optim.Adam(head.parameters(), 1e-2, weight_decay=1e-3)
+    for _ in range(300):
+        opt.zero_grad()
+        F.cross_entropy(head((x - mean) / std), y).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+
+    def score(x2: torch.Tensor, y2: torch.Tensor) -> float:
+        with torch.no_grad():
+            return float((head((x2 - mean) / std).argmax(1) == y2).float().mean())
+
+    return score
+
+
+def answer_states(
+    args: argparse.Namespace,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per language: the hidden states at the answer position (``[n, layers + 1, width]``),
+    the relation each question asks and its right answer (1: yes)."""
+    model, encode, _, _, items = yes_no_questions(args)
+    found: dict[str, tuple[list[torch.Tensor], list[int], list[int]]] = {
+        lang: ([], [], []) for lang in scenes.LANGS
+    }
+    for item in items:
+        inputs, _ = prompt_inputs(encode, item)
+        with torch.no_grad():
+            out = model(**inputs, output_hidden_states=True, use_cache=False)
+        states, relations, truth = found[item.lang]
+        states.append(torch.stack([h[0, -1] for h in out.hidden_states]))
+        relations.append(scenes.RELATIONS.index(relation_of(item)))
+        truth.append(int(item.answer in ("yes", "是")))
+    return {
+        lang: (torch.stack(x), torch.tensor(r), torch.tensor(t))
+        for lang, (x, r, t) in found.items()
+    }
+
+
+def probe_relation(args: argparse.Namespace) -> None:
+    by_lang = answer_states(args)
+    layers = by_lang["en"][0].shape[1]
+    for what, column, classes in (("relation", 1, len(scenes.RELATIONS)), ("answer", 2, 2)):
+        for layer in range(layers):
+            scores = []
+            for lang, other in (("en", "zh"), ("zh", "en")):
+                x, y = by_lang[lang][0][:, layer], by_lang[lang][column]
+                ox, oy = by_lang[other][0][:, layer], by_lang[other][column]
+                within = linear_probe(x, y, classes, 0.7)
+                across = fitted_probe(x, y, classes)(ox, oy)
+                scores.append(f"{lang} {within:.3f}, {lang} to {other} {across:.3f}")
+            log.info("%s after layer %d: %s", what, layer, "; ".join(scores))
+
+
 def named_shapes(item: scenes.Sample) -> tuple[scenes.Shape, scenes.Shape]:
     """A and B of a yes/no spatial question, in the order the question names them."""
     (_, a), (_, b) = names.named_shapes(item)
@@ -190,8 +251,9 @@ def probe_attention(args: argparse.Namespace) -> None:
 
 def relation_of(item: scenes.Sample) -> str:
     """The relation a yes/no spatial question asks about."""
-    words = scenes.REL_EN if item.lang == "en" else scenes.REL_ZH
-    return next(rel for rel in scenes.RELATIONS if words[rel] in item.question)
+    relation = names.relation_asked(item)
+    assert relation is not None
+    return relation
 
 
 def error_keys(item: scenes.Sample) -> dict[str, str]:
@@ -290,7 +352,10 @@ def _kind_word(kind: str, lang: scenes.Lang) -> str:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("ranks", "answer", "attention", "errors", "shape", "heads"))
+    p.add_argument(
+        "what",
+        choices=("ranks", "answer", "attention", "errors", "shape", "heads", "relation"),
+    )
     p.add_argument("--weights", type=Path, default=train.WEIGHTS)
     p.add_argument("--heads", type=Path, help="heads: the run's heads.pt")
     p.add_argument("--name-layer", type=int, default=3, help="heads: the name head's layer")
@@ -311,6 +376,7 @@ def main() -> None:
         "errors": probe_errors,
         "shape": probe_shape,
         "heads": probe_heads,
+        "relation": probe_relation,
     }
     probes[args.what](args)
 

@@ -150,6 +150,28 @@ def referent_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
     return torch.tensor([[answer_at, scenes.joint_class(found[0][1])]])
 
 
+def relation_asked(item: scenes.Sample) -> str | None:
+    """The relation (of :data:`scenes.RELATIONS`) a spatial question asks about; ``None``
+    for other types."""
+    if item.kind != "spatial":
+        return None
+    words = scenes.REL_EN if item.lang == "en" else scenes.REL_ZH
+    return next(rel for rel in scenes.RELATIONS if words[rel] in item.question)
+
+
+def asked_labels(item: scenes.Sample, answer_at: int) -> torch.Tensor:
+    """``[1, 2]`` for a spatial question (either form): the position whose logits give the
+    answer (``answer_at``) and the relation it asks (its index in
+    :data:`scenes.RELATIONS`); ``[0, 2]`` otherwise. The pair head brings the two ranks a
+    yes/no answer compares to that position; this brings what to compare them by, in one
+    code for both languages (the English question says it before the second name, the
+    Chinese one after both)."""
+    relation = relation_asked(item)
+    if relation is None:
+        return torch.zeros((0, 2), dtype=torch.long)
+    return torch.tensor([[answer_at, scenes.RELATIONS.index(relation)]])
+
+
 ANSWER_KINDS = ("count", "exists")  # the answer head's default: the types run 31 missed
 
 
@@ -166,8 +188,8 @@ def answer_labels(
 @dataclass(frozen=True)
 class Labelling:
     """The question types the heads label: the names of ``name_kinds`` (the name head) and
-    the answers of ``answer_kinds`` (the answer head); the pair and referent labels go
-    with their own types."""
+    the answers of ``answer_kinds`` (the answer head); the pair, referent and asked labels
+    go with their own types."""
 
     name_kinds: tuple[str, ...] = ("spatial",)
     answer_kinds: tuple[str, ...] = ANSWER_KINDS
@@ -183,6 +205,7 @@ class Labelling:
             "pair_labels": pair_labels(turn, answer_at),
             "referent_labels": referent_labels(turn, answer_at),
             "answer_labels": answer_labels(turn, answer_at, token, self.answer_kinds),
+            "asked_labels": asked_labels(turn, answer_at),
         }
 
 

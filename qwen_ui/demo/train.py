@@ -354,6 +354,7 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "pair_labels": with_rows(rows, "pair_labels"),
         "referent_labels": with_rows(rows, "referent_labels"),
         "answer_labels": with_rows(rows, "answer_labels"),
+        "asked_labels": with_rows(rows, "asked_labels"),
     }
 
 
@@ -1129,6 +1130,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the answer head reads",
     )
     p.add_argument(
+        "--asked-weight",
+        type=float,
+        default=0.0,
+        help="weight of the asked head (at the position that answers a spatial question, a "
+        "language-model layer says the relation it asks: left, right, above or below); 0: off",
+    )
+    p.add_argument(
+        "--asked-layer",
+        type=int,
+        default=4,
+        help="the language-model layer whose output the asked head reads",
+    )
+    p.add_argument(
         "--answer-kinds",
         type=kinds_among(scenes.KINDS, "answer kinds"),
         default=names.ANSWER_KINDS,
@@ -1424,28 +1438,20 @@ def run(args: argparse.Namespace) -> None:
 
 
 def language_heads(args: argparse.Namespace, width: int, device: torch.device) -> LanguageHeads:
-    """The name and pair heads the arguments ask for, each with its batch key."""
-    heads = []
-    if args.name_weight > 0:
-        heads.append(("name_labels", names.NameHead(width, args.name_weight, args.name_layer)))
-    if args.pair_weight > 0:
-        pair = names.NameHead(width, args.pair_weight, args.pair_layer, outputs=2 * names.N_AXES)
-        heads.append(("pair_labels", pair))
-    if args.referent_weight > 0:
-        referent = names.NameHead(
-            width,
-            args.referent_weight,
-            args.referent_layer,
-            outputs=1,
-            classes=scenes.JOINT_CLASSES,
-        )
-        heads.append(("referent_labels", referent))
-    if args.answer_weight > 0:
-        answer = names.NameHead(
-            width, args.answer_weight, args.answer_layer, outputs=1, classes=modelcfg.VOCAB_SIZE
-        )
-        heads.append(("answer_labels", answer))
-    return tuple((key, head.to(device)) for key, head in heads)
+    """The language-model heads the arguments ask for (name, pair, referent, answer and
+    asked), each with its batch key: (key, weight, layer, outputs, classes)."""
+    specs = (
+        ("name_labels", args.name_weight, args.name_layer, names.N_AXES, scenes.MAX_SHAPES),
+        ("pair_labels", args.pair_weight, args.pair_layer, 2 * names.N_AXES, scenes.MAX_SHAPES),
+        ("referent_labels", args.referent_weight, args.referent_layer, 1, scenes.JOINT_CLASSES),
+        ("answer_labels", args.answer_weight, args.answer_layer, 1, modelcfg.VOCAB_SIZE),
+        ("asked_labels", args.asked_weight, args.asked_layer, 1, len(scenes.RELATIONS)),
+    )
+    return tuple(
+        (key, names.NameHead(width, weight, layer, outputs, classes).to(device))
+        for key, weight, layer, outputs, classes in specs
+        if weight > 0
+    )
 
 
 def train_loop(

@@ -197,6 +197,45 @@ def test_the_referent_head_reads_the_named_shapes_kind_and_colour_where_it_is_an
     assert int(stats["names"]) == 1 and int(stats["name_hit"]) == 0
 
 
+def test_the_asked_head_reads_the_relation_a_spatial_question_asks_where_it_is_answered() -> None:
+    """At the position giving a spatial answer (either form, first turn or follow-up): the
+    relation the question's words ask, the same class in both languages."""
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    seen: dict[tuple[str, str], int] = {}
+    for lang in scenes.LANGS:
+        words = scenes.REL_EN if lang == "en" else scenes.REL_ZH
+        for share in (0.0, 1.0):
+            for seed in range(8):
+                item = scenes.sample(seed, "spatial", lang, yes_no_share=share)
+                ((position, relation),) = encode(item)["asked_labels"].tolist()
+                assert encode(item)["labels"][position] == train.IGNORE
+                assert words[scenes.RELATIONS[relation]] in item.question
+                assert sum(w in item.question for w in words.values()) == 1
+                key = (lang, scenes.RELATIONS[relation])
+                seen[key] = seen.get(key, 0) + 1
+        for other in ("count", "colour", "exists", "multi_compare"):
+            assert encode(scenes.sample(3, other, lang))["asked_labels"].shape == (0, 2)
+    assert len(seen) >= 6  # most relations in both languages
+    follow_ups = 0
+    for seed in range(40):  # a yes/no spatial follow-up is labelled at its own answer
+        item = scenes.with_follow_up(scenes.sample(seed, "count", "zh"), 3)
+        later = [t for t in scenes.turns_of(item)[1:] if t.kind == "spatial"]
+        rows = encode(item)["asked_labels"].tolist()
+        assert [r for _, r in rows] == [
+            scenes.RELATIONS.index(str(names.relation_asked(t))) for t in later
+        ]
+        follow_ups += len(later)
+    assert follow_ups > 5
+
+
+def test_the_asked_head_is_built_under_its_key_with_one_class_per_relation() -> None:
+    args = train.parse_args(["--out", "/tmp/x", "--asked-weight", "2"])
+    ((key, head),) = train.language_heads(args, 16, torch.device("cpu"))
+    assert key == "asked_labels" and head.layer == 4 and head.weight == 2.0
+    assert head.proj.out_features == len(scenes.RELATIONS)
+    assert names.relation_asked(scenes.sample(0, "count", "en")) is None
+
+
 def test_the_referent_head_is_built_saved_and_scored_under_its_key() -> None:
     args = train.parse_args(["--out", "/tmp/x", "--referent-weight", "0.5"])
     ((key, head),) = train.language_heads(args, 16, torch.device("cpu"))

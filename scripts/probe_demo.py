@@ -7,6 +7,7 @@
     .venv/bin/python scripts/probe_demo.py shape  [--weights DIR] [--n 1200]
     .venv/bin/python scripts/probe_demo.py heads  --weights DIR --heads DIR/heads.pt [--n 800]
     .venv/bin/python scripts/probe_demo.py relation [--weights DIR] [--n 1200]
+    .venv/bin/python scripts/probe_demo.py mixture --train-options "..." [--n 6000] [--seed S]
 
 ``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
 across and down (``train.rank_labels``) of the shape covering each token, on English
@@ -32,6 +33,9 @@ first ``--n`` spatial questions of set 7, per language.
 questions among the first ``--n`` of set 7, linear probes of the relation asked and of
 the right answer: fitted on 70 % of one language's and scored on the rest of it, and
 fitted on all of one language's and scored on the other's (is it the same code in both?).
+``mixture``: the turns (first questions and follow-ups) of the first ``--n`` training
+samples that ``train.py`` with ``--train-options`` and ``--seed`` draws, by type,
+language, yes/no answer and place; no model.
 Figures from these are in docs/demo-model.md ("Eleventh session" to "Thirteenth session").
 """
 
@@ -39,7 +43,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections import defaultdict
+import shlex
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -206,6 +211,28 @@ def probe_relation(args: argparse.Namespace) -> None:
             log.info("%s after layer %d: %s", what, layer, "; ".join(scores))
 
 
+YES_NO_WORDS = {
+    *scenes.YES.values(),
+    *scenes.NO.values(),
+    *scenes.TRUE.values(),
+    *scenes.FALSE.values(),
+}
+
+
+def probe_mixture(args: argparse.Namespace) -> None:
+    options = ["--out", "unused", "--seed", str(args.seed), *shlex.split(args.train_options)]
+    data = train.scene_batches(train.parse_args(options))
+    tally: Counter[tuple[str, str, str, str]] = Counter()
+    for i in range(args.n):
+        for at, turn in enumerate(scenes.turns_of(data.item(args.seed * 10**10 + i))):
+            answer = turn.answer if turn.answer in YES_NO_WORDS else "-"
+            tally[(turn.kind, turn.lang, answer, "follow-up" if at else "first")] += 1
+    total = sum(tally.values())
+    log.info("%d turns in %d samples", total, args.n)
+    for key, n in sorted(tally.items(), key=lambda kv: -kv[1]):
+        log.info("%-40s %6d  %5.2f %%", ", ".join(key), n, 100 * n / total)
+
+
 def named_shapes(item: scenes.Sample) -> tuple[scenes.Shape, scenes.Shape]:
     """A and B of a yes/no spatial question, in the order the question names them."""
     (_, a), (_, b) = names.named_shapes(item)
@@ -354,13 +381,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
         "what",
-        choices=("ranks", "answer", "attention", "errors", "shape", "heads", "relation"),
+        choices=("ranks", "answer", "attention", "errors", "shape", "heads", "relation", "mixture"),
     )
     p.add_argument("--weights", type=Path, default=train.WEIGHTS)
     p.add_argument("--heads", type=Path, help="heads: the run's heads.pt")
     p.add_argument("--name-layer", type=int, default=3, help="heads: the name head's layer")
     p.add_argument("--pair-layer", type=int, default=4, help="heads: the pair head's layer")
     p.add_argument("--scenes", type=int, default=1500)
+    p.add_argument("--train-options", default="", help="mixture: train.py's options")
+    p.add_argument("--seed", type=int, default=1, help="mixture: the run's --seed")
     p.add_argument("--n", type=int, default=1200)
     p.add_argument(
         "--lang",
@@ -377,6 +406,7 @@ def main() -> None:
         "shape": probe_shape,
         "heads": probe_heads,
         "relation": probe_relation,
+        "mixture": probe_mixture,
     }
     probes[args.what](args)
 

@@ -1311,9 +1311,9 @@ def labelling_of(args: argparse.Namespace) -> names.Labelling:
     return names.Labelling(args.name_kinds, args.answer_kinds)
 
 
-def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[Batch]:
-    """Training batches from ``args.workers`` DataLoader workers (:class:`SceneBatches`)."""
-    dataset = SceneBatches(
+def scene_batches(args: argparse.Namespace) -> SceneBatches:
+    """The training samples and batches the arguments ask for."""
+    return SceneBatches(
         args.processor_dir,
         args.batch,
         args.seed,
@@ -1325,8 +1325,12 @@ def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[B
         labelling_of(args),
         args.follow_ups,
     )
+
+
+def scene_loader(args: argparse.Namespace, device: torch.device) -> DataLoader[Batch]:
+    """Training batches from ``args.workers`` DataLoader workers (:class:`SceneBatches`)."""
     return DataLoader(
-        dataset,
+        scene_batches(args),
         batch_size=None,
         num_workers=args.workers,
         pin_memory=device.type == "cuda",

@@ -83,16 +83,25 @@ def linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int, train_share: fl
     order = torch.randperm(len(x), generator=generator)
     cut = int(len(x) * train_share)
     fit, test = order[:cut], order[cut:]
-    mean, std = x[fit].mean(0), x[fit].std(0) + 1e-5
-    xn = (x - mean) / std
+    return fitted_probe(x[fit], y[fit], classes)(x[test], y[test])
+
+
+def fitted_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> Any:
+    """A logistic regression from ``x`` to ``y``, fitted on all of them: a function that
+    scores other (x, y)."""
+    mean, std = x.mean(0), x.std(0) + 1e-5
     head = torch.nn.Linear(x.shape[1], classes)
     opt = torch.optim.Adam(head.parameters(), 1e-2, weight_decay=1e-3)
     for _ in range(300):
         opt.zero_grad()
-        F.cross_entropy(head(xn[fit]), y[fit]).backward()  # type: ignore[no-untyped-call]
+        F.cross_entropy(head((x - mean) / std), y).backward()  # type: ignore[no-untyped-call]
         opt.step()
-    with torch.no_grad():
-        return float((head(xn[test]).argmax(1) == y[test]).float().mean())
+
+    def score(x2: torch.Tensor, y2: torch.Tensor) -> float:
+        with torch.no_grad():
+            return float((head((x2 - mean) / std).argmax(1) == y2).float().mean())
+
+    return score
 
 
 def probe_ranks(args: argparse.Namespace) -> None:
@@ -135,17 +144,28 @@ def yes_no_questions(args: argparse.Namespace) -> YesNo:
     return YesNo(load(args.weights), encode, yes, no, items)
 
 
+def at_answer(model: Any, encode: train.Encoder, item: scenes.Sample) -> tuple[Any, Any]:
+    """Every layer's hidden state (``[layers + 1, width]``) and the logits at the position
+    that gives ``item``'s answer."""
+    inputs, _ = prompt_inputs(encode, item)
+    with torch.no_grad():
+        out = model(**inputs, output_hidden_states=True, use_cache=False)
+    return torch.stack([h[0, -1] for h in out.hidden_states]), out.logits[0, -1]
+
+
+def says_yes(item: scenes.Sample) -> int:
+    """1 where the right answer to a yes/no spatial question is yes."""
+    return int(item.answer in scenes.TRUE.values())
+
+
 def probe_answer(args: argparse.Namespace) -> None:
     model, encode, yes, no, items = yes_no_questions(args)
     states, truth, right = [], [], []
     for item in items:
-        inputs, _ = prompt_inputs(encode, item)
-        with torch.no_grad():
-            out = model(**inputs, output_hidden_states=True, use_cache=False)
-        states.append(torch.stack([h[0, -1] for h in out.hidden_states]))
-        logits = out.logits[0, -1]
+        state, logits = at_answer(model, encode, item)
+        states.append(state)
         said_yes = bool(logits[yes].max() > logits[no].max())
-        truth.append(int(item.answer in ("yes", "是")))
+        truth.append(says_yes(item))
         right.append(said_yes == bool(truth[-1]))
     x, y = torch.stack(states), torch.tensor(truth)
     log.info("%d yes/no questions, the model right on %.3f", len(y), sum(right) / len(y))
@@ -153,24 +173,6 @@ def probe_answer(args: argparse.Namespace) -> None:
         accuracy = linear_probe(x[:, layer], y, 2, 0.7)
         where = f"after layer {layer}" if layer else "from the embeddings"
         log.info("%s: the right answer probed at %.3f", where, accuracy)
-
-
-def fitted_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> Any:
-    """A logistic regression from ``x`` to ``y``, fitted on all of them: a function that
-    scores other (x, y)."""
-    mean, std = x.mean(0), x.std(0) + 1e-5
-    head = torch.nn.Linear(x.shape[1], classes)
-    opt = torch.optim.Adam(head.parameters(), 1e-2, weight_decay=1e-3)
-    for _ in range(300):
-        opt.zero_grad()
-        F.cross_entropy(head((x - mean) / std), y).backward()  # type: ignore[no-untyped-call]
-        opt.step()
-
-    def score(x2: torch.Tensor, y2: torch.Tensor) -> float:
-        with torch.no_grad():
-            return float((head((x2 - mean) / std).argmax(1) == y2).float().mean())
-
-    return score
 
 
 def answer_states(
@@ -183,13 +185,10 @@ def answer_states(
         lang: ([], [], []) for lang in scenes.LANGS
     }
     for item in items:
-        inputs, _ = prompt_inputs(encode, item)
-        with torch.no_grad():
-            out = model(**inputs, output_hidden_states=True, use_cache=False)
         states, relations, truth = found[item.lang]
-        states.append(torch.stack([h[0, -1] for h in out.hidden_states]))
+        states.append(at_answer(model, encode, item)[0])
         relations.append(scenes.RELATIONS.index(relation_of(item)))
-        truth.append(int(item.answer in ("yes", "是")))
+        truth.append(says_yes(item))
     return {
         lang: (torch.stack(x), torch.tensor(r), torch.tensor(t))
         for lang, (x, r, t) in found.items()
@@ -224,7 +223,7 @@ def probe_mixture(args: argparse.Namespace) -> None:
     data = train.scene_batches(train.parse_args(options))
     tally: Counter[tuple[str, str, str, str]] = Counter()
     for i in range(args.n):
-        for at, turn in enumerate(scenes.turns_of(data.item(args.seed * 10**10 + i))):
+        for at, turn in enumerate(scenes.turns_of(data.nth(i))):
             answer = turn.answer if turn.answer in YES_NO_WORDS else "-"
             tally[(turn.kind, turn.lang, answer, "follow-up" if at else "first")] += 1
     total = sum(tally.values())

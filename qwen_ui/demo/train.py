@@ -408,18 +408,21 @@ class SceneBatches(IterableDataset[Batch]):
             return scenes.with_follow_up(item, self.follow_ups)
         return item
 
+    def nth(self, index: int) -> scenes.Sample:
+        """The run's ``index``-th training sample (the workers share one numbering)."""
+        return self.item(self.seed * 10**10 + index)
+
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         torch.set_num_threads(1)
         encode = Encoder(self.processor_dir, self.max_pixels, self.labelling)
-        base = self.seed * 10**10
-        order = random.Random(base + worker)  # noqa: S311
+        order = random.Random(self.seed * 10**10 + worker)  # noqa: S311
         index = worker
         while True:
             rows = []
             for _ in range(self.batch_size * self.GROUP):
-                rows.append(encode(self.item(base + index)))
+                rows.append(encode(self.nth(index)))
                 index += workers
             rows.sort(key=lambda r: len(r["input_ids"]))
             starts = list(range(0, len(rows), self.batch_size))

@@ -16,7 +16,7 @@ from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import Settings
 from qwen_ui.state import open_state
 from qwen_ui.store import ModelStore
-from qwen_ui.web import admission_setup, api, auth_setup, errors, health, metrics
+from qwen_ui.web import admission_setup, api, auth_setup, errors, health, metrics, openai_api
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ def create_app(settings: Settings | None = None, ui: bool = True) -> FastAPI:
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(api.router)
+    app.include_router(openai_api.router)
     auth_setup.install(app, settings)
     app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
+from hashlib import sha256 as _sha256
 from typing import Any, Literal, Protocol
 
 from PIL import Image
@@ -49,6 +50,10 @@ from qwen_ui.state import State
 log = logging.getLogger(__name__)
 
 
+def sha256(data: bytes) -> str:
+    return _sha256(data).hexdigest()
+
+
 @dataclass(frozen=True)
 class AskOptions:
     """Per-request generation options; None takes the server default."""
@@ -60,7 +65,19 @@ class AskOptions:
 
 
 @dataclass(frozen=True)
+class PastTurn:
+    """An earlier turn a stateless caller sends along (OpenAI-style messages)."""
+
+    question: str
+    answer: str
+    images: Sequence[bytes] = ()
+
+
+@dataclass(frozen=True)
 class AskRequest:
+    """``history`` set (even empty) makes the request stateless: the conversation is those
+    turns, nothing is stored, and ``Done.conversation_id`` is empty."""
+
     tenant: str
     question: str
     images: Sequence[bytes] = ()
@@ -68,6 +85,7 @@ class AskRequest:
     options: AskOptions = AskOptions()
     lang: str = "en"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    history: Sequence[PastTurn] | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +263,12 @@ class Engine:
         return text
 
     async def _conversation(self, request: AskRequest) -> Conversation:
+        if request.history is not None:
+            turns = [
+                StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
+                for t in request.history
+            ]
+            return Conversation("", request.tenant, turns)
         if request.conversation_id:
             return await self.conversations.get(request.tenant, request.conversation_id)
         return Conversation(new_id(), request.tenant)
@@ -278,7 +302,7 @@ class Engine:
         prompt_images: list[PromptImage] = []
         for turn in history:
             for sha in turn.images:
-                prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+                prompt_images.append(await self._history_image(request, sha, snapshot.id))
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
@@ -305,14 +329,20 @@ class Engine:
             kept.append(turn)
         return list(reversed(kept))
 
-    async def _history_image(self, tenant: str, sha: str, snapshot_id: str) -> PromptImage:
-        key = CacheKey(tenant, sha, self._processor_key(), snapshot_id)
+    async def _history_image(self, request: AskRequest, sha: str, snapshot_id: str) -> PromptImage:
+        key = CacheKey(request.tenant, sha, self._processor_key(), snapshot_id)
         embedding, tier = await self.cache.fetch(key)
         if embedding is not None:
             return PromptImage(key, embedding, None, tier)
-        data = await self.conversations.image(tenant, sha)
+        data = await self._past_image(request, sha)
         checked = await asyncio.to_thread(image_checks.decode, data, 1, self.limits)
         return PromptImage(key, None, checked.image, "miss")
+
+    async def _past_image(self, request: AskRequest, sha: str) -> bytes:
+        if request.history is None:
+            return await self.conversations.image(request.tenant, sha)
+        blobs = {sha256(b): b for turn in request.history for b in turn.images}
+        return blobs[sha]
 
     async def _finish(
         self,
@@ -326,9 +356,10 @@ class Engine:
             await self.cache.put_remote(key, embedding)
         if result.outcome.finish_reason == "cancelled":
             return Failed.of(AnswerFailed(), request.lang)
-        turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
-        blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
-        await self.conversations.append(conversation, turn, blobs)
+        if request.history is None:
+            turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
+            blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
+            await self.conversations.append(conversation, turn, blobs)
         self.status.record_answer()
         self._observe(result)
         hits = sum(1 for item in plan.images if item.tier != "miss")
@@ -387,7 +418,7 @@ class Engine:
         embeddings, fresh = encoded
         language = self.pipelines.language()
         prompt = language.build_prompt(plan.turns, embeddings)
-        job.emit(Stage.at("answering"))
+        job.emit(Stage.at("answering", prompt_tokens=prompt.length))
         generation = self._generation(language.model, prompt, plan.sampling)
         stream = TextStream(language.decode)
         t0 = time.perf_counter()

@@ -63,6 +63,7 @@ class Stage(Event):
     progress: float = 0.0
     wait_s: float = 0.0  # "queued": estimated wait (0: unknown)
     max_pixels: int = 0  # "downscaled": the request's lower pixel bound per image
+    prompt_tokens: int = 0  # "answering": the prompt's length in tokens (0: unknown)
     type: str = field(default="stage", init=False)
 
     @classmethod

@@ -169,6 +169,11 @@ class EngineAdmission:
         return self.settings.max_new_tokens if wanted is None else wanted
 
     async def _history(self, request: AskRequest, new_images: int) -> list[PastTurn]:
+        if request.history is not None:  # stateless (/v1/chat/completions): sent along
+            return [
+                PastTurn(t.question, t.answer, [header_size(b) for b in t.images])
+                for t in request.history
+            ]
         if not request.conversation_id:
             return []
         conversations = self._engine().conversations
@@ -182,8 +187,7 @@ class EngineAdmission:
 
     async def _image_size(self, tenant: str, sha: str) -> Size:
         data = await self._engine().conversations.image(tenant, sha)
-        with Image.open(io.BytesIO(data)) as image:  # the header only
-            return image.size
+        return header_size(data)
 
     def _engine(self) -> Engine:
         engine = self.engine()
@@ -213,6 +217,11 @@ class EngineAdmission:
         self.controller.set_budget(
             budgets.request_budget(self.settings, self.device, self._resident, weights, shape)
         )
+
+
+def header_size(data: bytes) -> Size:
+    with Image.open(io.BytesIO(data)) as image:  # the header only
+        return image.size
 
 
 def history_window(

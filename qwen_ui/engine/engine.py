@@ -138,6 +138,42 @@ def no_admission(
     return nullcontext()
 
 
+def sampling_for(s: Settings, options: AskOptions) -> SamplingOptions:
+    """The request's sampling options, server defaults filled in and bounds checked."""
+    limit = s.max_new_tokens_limit
+    max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
+    temperature = s.temperature if options.temperature is None else options.temperature
+    top_p = s.top_p if options.top_p is None else options.top_p
+    if not 1 <= max_new <= limit:
+        raise BadOption(name="max_new_tokens", low=1, high=limit)
+    if not 0.0 <= temperature <= 2.0:
+        raise BadOption(name="temperature", low=0, high=2)
+    if not 0.0 < top_p <= 1.0:
+        raise BadOption(name="top_p", low=0, high=1)
+    return SamplingOptions(max_new, temperature, top_p, options.seed)
+
+
+def checked_question(settings: Settings, question: str) -> str:
+    text = question.strip()
+    if not text:
+        raise NoQuestion()
+    if len(text) > settings.max_question_chars:
+        raise QuestionTooLong(count=len(text), limit=settings.max_question_chars)
+    return text
+
+
+def recent_turns(turns: list[StoredTurn], new_images: int, max_images: int) -> list[StoredTurn]:
+    """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
+    budget = max_images - new_images
+    kept: list[StoredTurn] = []
+    for turn in reversed(turns):
+        if len(turn.images) > budget:
+            break
+        budget -= len(turn.images)
+        kept.append(turn)
+    return list(reversed(kept))
+
+
 class Engine:
     def __init__(
         self,
@@ -241,26 +277,10 @@ class Engine:
 
     # --- asyncio-side steps -------------------------------------------------------------
     def _sampling(self, options: AskOptions) -> SamplingOptions:
-        s = self.settings
-        limit = s.max_new_tokens_limit
-        max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
-        temperature = s.temperature if options.temperature is None else options.temperature
-        top_p = s.top_p if options.top_p is None else options.top_p
-        if not 1 <= max_new <= limit:
-            raise BadOption(name="max_new_tokens", low=1, high=limit)
-        if not 0.0 <= temperature <= 2.0:
-            raise BadOption(name="temperature", low=0, high=2)
-        if not 0.0 < top_p <= 1.0:
-            raise BadOption(name="top_p", low=0, high=1)
-        return SamplingOptions(max_new, temperature, top_p, options.seed)
+        return sampling_for(self.settings, options)
 
     def _question(self, question: str) -> str:
-        text = question.strip()
-        if not text:
-            raise NoQuestion()
-        if len(text) > self.settings.max_question_chars:
-            raise QuestionTooLong(count=len(text), limit=self.settings.max_question_chars)
-        return text
+        return checked_question(self.settings, question)
 
     async def _conversation(self, request: AskRequest) -> Conversation:
         if request.history is not None:
@@ -319,15 +339,7 @@ class Engine:
         return f"min={s.min_pixels},max={s.max_pixels}"
 
     def _history_window(self, conversation: Conversation, new_images: int) -> list[StoredTurn]:
-        """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
-        budget = self.settings.max_images - new_images
-        kept: list[StoredTurn] = []
-        for turn in reversed(conversation.turns):
-            if len(turn.images) > budget:
-                break
-            budget -= len(turn.images)
-            kept.append(turn)
-        return list(reversed(kept))
+        return recent_turns(conversation.turns, new_images, self.settings.max_images)
 
     async def _history_image(self, request: AskRequest, sha: str, snapshot_id: str) -> PromptImage:
         key = CacheKey(request.tenant, sha, self._processor_key(), snapshot_id)

@@ -24,6 +24,7 @@ from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
 from qwen_ui.engine.metrics import EngineMetrics
+from qwen_ui.engine.protocol import AnsweringEngine
 from qwen_ui.errors import ModelNotInstalled, QwenUIError
 from qwen_ui.settings import DEMO_MODEL_ID, Settings
 from qwen_ui.web.asking import ask_as
@@ -134,9 +135,19 @@ def init(app: FastAPI) -> None:
     app.state.engine_metrics = EngineMetrics(app.state.metrics.registry)
 
 
-async def start_engine(app: FastAPI) -> None:
+def build_engine(app: FastAPI) -> AnsweringEngine:
+    """The local engine, or with ``engine=openai`` the remote one (no model loaded here)."""
     settings: Settings = app.state.settings
-    engine = Engine(
+    if settings.engine == "openai":
+        from qwen_ui.engine.remote import RemoteEngine
+
+        return RemoteEngine(
+            settings,
+            app.state.state,
+            status=app.state.engine_status,
+            metrics=app.state.engine_metrics,
+        )
+    return Engine(
         settings,
         DemoInstallingStore(app.state.store),
         app.state.state,
@@ -144,6 +155,11 @@ async def start_engine(app: FastAPI) -> None:
         metrics=app.state.engine_metrics,
         admission=getattr(app.state, "admission", None),
     )
+
+
+async def start_engine(app: FastAPI) -> None:
+    settings: Settings = app.state.settings
+    engine = build_engine(app)
     engine.start()
     app.state.engine = engine
     app.state.answering = True
@@ -173,7 +189,7 @@ class DemoInstallingStore:
 
 
 async def stop_engine(app: FastAPI) -> None:
-    engine: Engine | None = getattr(app.state, "engine", None)
+    engine: AnsweringEngine | None = getattr(app.state, "engine", None)
     task: Any = getattr(app.state, "preload_task", None)
     if task is not None and not task.done():
         task.cancel()

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from qwen_ui import __version__
 from qwen_ui.engine.status import EngineState
+from qwen_ui.errors import QwenUIError
 
 router = APIRouter()
 
@@ -26,12 +27,18 @@ async def healthz(request: Request) -> JSONResponse:
     }
     if failed:
         body["reason"] = status.reason
+    remote = getattr(getattr(request.app.state, "engine", None), "health", None)
+    if settings.engine == "openai" and remote is not None:  # last known, never probed here
+        body.update(model=settings.remote_model, revision=None, remote=remote.to_dict())
     return JSONResponse(body, status_code=503 if failed else 200)
 
 
 @router.get("/readyz", include_in_schema=False)
 async def readyz(request: Request) -> JSONResponse:
-    """200 only when the model is loaded and has answered once."""
+    """200 only when the model is loaded and has answered once (remote engine: when the
+    remote's /models answers, within a few seconds)."""
+    if request.app.state.settings.engine == "openai":
+        return await _remote_ready(request)
     status = request.app.state.engine_status
     if status.is_ready:
         return JSONResponse({"status": "ready", "engine": status.state.value})
@@ -41,3 +48,15 @@ async def readyz(request: Request) -> JSONResponse:
         "reason": status.not_ready_reason(),
     }
     return JSONResponse(body, status_code=503)
+
+
+async def _remote_ready(request: Request) -> JSONResponse:
+    engine = getattr(request.app.state, "engine", None)
+    if engine is None:
+        return JSONResponse({"status": "not ready", "reason": "starting"}, status_code=503)
+    try:
+        await engine.probe()
+    except QwenUIError as exc:
+        body = {"status": "not ready", "engine": "remote", "reason": exc.message("en")}
+        return JSONResponse(body, status_code=503)
+    return JSONResponse({"status": "ready", "engine": "remote"})

@@ -22,12 +22,14 @@ HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)"')
 class ServerProcess:
     """``python -m qwen_ui.cli serve`` with QWEN_UI_HOME under ``home``."""
 
-    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, home: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
+    ) -> None:
         self.home = home
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = home / "server.log"
-        self._log = self.log_path.open("w")
+        self._log = self.log_path.open("a")
         full_env = {**os.environ, "QWEN_UI_HOME": str(home), "PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(

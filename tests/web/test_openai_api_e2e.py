@@ -54,7 +54,11 @@ def start_demo_server(home: Path, **env: str) -> tuple[str, ServerProcess]:
             **env,
         },
     )
-    server.wait_for("/login")
+    try:
+        server.wait_for("/login", timeout=240)
+    except (RuntimeError, TimeoutError):
+        server.stop()
+        raise
     return token, server
 
 

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from qwen_ui import __version__
+from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
+from qwen_ui.services import ServicesDep
 
 router = APIRouter()
 
 
 @router.get("/healthz", include_in_schema=False)
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(services: ServicesDep) -> JSONResponse:
     """Never waits on the model, Redis or OSS; 503 only while the engine has failed."""
-    settings = request.app.state.settings
-    status = request.app.state.engine_status
+    settings, status = services.settings, services.status
     failed = status.state is EngineState.FAILED
-    body = {
+    body: dict[str, str | None] = {
         "status": "failed" if failed else "ok",
         "version": __version__,
         "model": settings.model_id,
@@ -27,19 +28,19 @@ async def healthz(request: Request) -> JSONResponse:
     }
     if failed:
         body["reason"] = status.reason
-    remote = getattr(getattr(request.app.state, "engine", None), "health", None)
-    if settings.engine == "openai" and remote is not None:  # last known, never probed here
-        body.update(model=settings.remote_model, revision=None, remote=remote.to_dict())
+    if isinstance(services.engine, RemoteEngine):  # its last known state, never probed here
+        body.update(model=settings.remote_model, revision=None)
+        return JSONResponse({**body, "remote": services.engine.health.to_dict()})
     return JSONResponse(body, status_code=503 if failed else 200)
 
 
 @router.get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> JSONResponse:
+async def readyz(services: ServicesDep) -> JSONResponse:
     """200 only when the model is loaded and has answered once (remote engine: when the
     remote's /models answers, within a few seconds)."""
-    if request.app.state.settings.engine == "openai":
-        return await _remote_ready(request)
-    status = request.app.state.engine_status
+    if isinstance(services.engine, RemoteEngine):
+        return await _remote_ready(services.engine)
+    status = services.status
     if status.is_ready:
         return JSONResponse({"status": "ready", "engine": status.state.value})
     body = {
@@ -50,10 +51,7 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=503)
 
 
-async def _remote_ready(request: Request) -> JSONResponse:
-    engine = getattr(request.app.state, "engine", None)
-    if engine is None:
-        return JSONResponse({"status": "not ready", "reason": "starting"}, status_code=503)
+async def _remote_ready(engine: RemoteEngine) -> JSONResponse:
     try:
         await engine.probe()
     except QwenUIError as exc:

@@ -21,20 +21,21 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
 from itertools import chain
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from qwen_ui.auth.principal import Principal
-from qwen_ui.auth.web import require_principal
 from qwen_ui.engine.engine import AskRequest, PastTurn
 from qwen_ui.engine.errors import TooManyImages
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
+from qwen_ui.services import Services, ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web import openai_wire as wire
 from qwen_ui.web.api import _checked_head, request_lang
 from qwen_ui.web.asking import ask_as
+from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.openai_images import read_image_urls
 
 router = APIRouter(prefix="/v1")
@@ -55,24 +56,22 @@ def _accepts(settings: Settings, model: str) -> bool:
 
 
 @router.get("/models")
-async def list_models(
-    request: Request, principal: Annotated[Principal, Depends(require_principal)]
-) -> JSONResponse:
-    return JSONResponse(wire.model_list([served_model(request.app.state.settings)], STARTED))
+async def list_models(services: ServicesDep, principal: PrincipalDep) -> JSONResponse:
+    return JSONResponse(wire.model_list([served_model(services.settings)], STARTED))
 
 
 @router.post("/chat/completions")
 async def chat_completions(
-    request: Request, principal: Annotated[Principal, Depends(require_principal)]
+    request: Request, services: ServicesDep, principal: PrincipalDep
 ) -> Response:
-    settings: Settings = request.app.state.settings
+    settings = services.settings
     call = wire.parse(await read_json(request, settings))
     if not _accepts(settings, call.model):
         raise wire.ModelNotServed(model=call.model[:200], param="model")
     if call.image_count > settings.max_images:
         raise TooManyImages(count=call.image_count, limit=settings.max_images)
-    ask_request = await _ask_request(request, principal, call, settings)
-    events = ask_as(request.app, principal, ask_request)
+    ask_request = await _ask_request(request, services, principal, call)
+    events = ask_as(services, principal, ask_request)
     head = await _checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
@@ -108,11 +107,11 @@ async def read_json(request: Request, settings: Settings) -> object:
 
 
 async def _ask_request(
-    request: Request, principal: Principal, call: wire.ChatCall, settings: Settings
+    request: Request, services: Services, principal: Principal, call: wire.ChatCall
 ) -> AskRequest:
     turns = [user for user, _ in call.history] + [call.question]
     urls = [url for turn in turns for url in turn.image_urls]
-    blobs = iter(await read_image_urls(request, principal, urls, settings))
+    blobs = iter(await read_image_urls(request, services, principal, urls))
     images = [[next(blobs) for _ in turn.image_urls] for turn in turns]
     history = [
         PastTurn(user.text, answer, images[i]) for i, (user, answer) in enumerate(call.history)
@@ -122,7 +121,7 @@ async def _ask_request(
         question=call.question.text,
         images=images[-1],
         options=call.options,
-        lang=request_lang(request, None),
+        lang=request_lang(request, services.settings, None),
         history=history,
     )
 

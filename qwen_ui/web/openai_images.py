@@ -22,10 +22,11 @@ from fastapi import Request
 
 from qwen_ui.auth.errors import NoObjectStorage, SessionExpired
 from qwen_ui.auth.principal import Principal
-from qwen_ui.auth.web import auth_service, require_session
 from qwen_ui.engine.errors import ImageTooLarge
 from qwen_ui.errors import BadRequest
+from qwen_ui.services import Services
 from qwen_ui.settings import Settings
+from qwen_ui.web.auth import require_session
 
 FETCH_TIMEOUT_S = 10.0
 MB = 1024 * 1024
@@ -44,18 +45,19 @@ class ImageURLUnreadable(BadRequest):
 
 
 async def read_image_urls(
-    request: Request, principal: Principal, urls: list[str], settings: Settings
+    request: Request, services: Services, principal: Principal, urls: list[str]
 ) -> list[bytes]:
-    return [await read_one(request, principal, url, i, settings) for i, url in enumerate(urls, 1)]
+    return [await read_one(request, services, principal, url, i) for i, url in enumerate(urls, 1)]
 
 
 async def read_one(
-    request: Request, principal: Principal, url: str, index: int, settings: Settings
+    request: Request, services: Services, principal: Principal, url: str, index: int
 ) -> bytes:
+    settings = services.settings
     if url.startswith("data:"):
         return from_data_url(url, index, settings.max_image_bytes)
     if url.startswith("oss://"):
-        return await from_oss(request, principal, url.removeprefix("oss://"))
+        return await from_oss(request, services, principal, url.removeprefix("oss://"))
     scheme = urlsplit(url).scheme
     if scheme in ("http", "https"):
         return await from_http(url, index, settings)
@@ -77,14 +79,14 @@ def from_data_url(url: str, index: int, max_bytes: int) -> bytes:
     return data
 
 
-async def from_oss(request: Request, principal: Principal, key: str) -> bytes:
+async def from_oss(request: Request, services: Services, principal: Principal, key: str) -> bytes:
     if principal.method == "token":
         raise NoObjectStorage()
-    session_id, session = await require_session(request)
+    session_id, session = await require_session(request, services)
     try:
-        return await auth_service(request.app).objects(session).fetch(key)
+        return await services.auth.objects(session).fetch(key)
     except SessionExpired:
-        await auth_service(request.app).sessions.delete(session_id)
+        await services.auth.sessions.delete(session_id)
         raise
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from qwen_ui.auth.tenants import Limits
 from qwen_ui.auth.tokens import add_token, new_token
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
 from qwen_ui.web.openai_api import StopScan
 from tests.engine.conftest import TINY_ID, png, tiny_settings
@@ -244,7 +245,7 @@ def test_auth_quota_size_and_availability_errors(http: TestClient, tokens: dict[
     )
     assert_openai_error(response, 413, "request_too_large")
     assert_openai_error(raw(http, tokens["demo"], {}, data=None), 400, "invalid_value")
-    http.app.state.engine = None  # type: ignore[attr-defined]
+    services_of(http.app).answering = False
     with pytest.raises(openai.InternalServerError) as unavailable:
         sdk(http, tokens["demo"]).chat.completions.create(**body)
     assert unavailable.value.status_code == 503

@@ -244,6 +244,14 @@ def test_auth_quota_size_and_availability_errors(http: TestClient, tokens: dict[
         headers={"Authorization": f"Bearer {tokens['demo']}", "Content-Type": "application/json"},
     )
     assert_openai_error(response, 413, "request_too_large")
+    # the token is checked before the body is read or parsed
+    for body in (big, b"not json"):
+        refused = http.post(
+            "/v1/chat/completions",
+            content=body,
+            headers={"Authorization": "Bearer qwu_00000000_" + "x" * 43},
+        )
+        assert_openai_error(refused, 401, "invalid_token")
     assert_openai_error(raw(http, tokens["demo"], {}, data=None), 400, "invalid_value")
     services_of(http.app).answering = False
     with pytest.raises(openai.InternalServerError) as unavailable:

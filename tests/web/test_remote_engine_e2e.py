@@ -1,9 +1,9 @@
 """Two real qwen-ui processes: the first serves the demo model; the second runs with
 ``QWEN_UI_ENGINE=openai`` pointed at the first's /v1 with an API token. Both APIs of the
 second answer the demo questions right (streaming too, follow-ups from the second's own
-conversations), its audit log records them, and it survives the first being stopped and
-restarted: typed 502s and a not-ready /readyz meanwhile, an instant /healthz throughout,
-and recovery without a restart."""
+conversations), and so does its page in Chromium; its audit log records them; it
+survives the first being stopped and restarted: typed 502s and a not-ready /readyz
+meanwhile, an instant /healthz throughout, and recovery without a restart."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,8 +20,10 @@ import pytest
 
 from qwen_ui.auth.tokens import add_token, new_token
 from qwen_ui.demo import scenes
-from tests.support.auth import add_tenants, local_tenant
+from tests.support.auth import TEST_PASSWORD, add_tenants, local_tenant
+from tests.support.browser import chromium
 from tests.support.server import ServerProcess
+from tests.web.test_chat_browser import answer_text
 from tests.web.test_openai_api_e2e import ask, demo_model_id, first_sample, start_demo_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -116,6 +119,37 @@ def test_health_while_the_remote_is_up(pair: Pair) -> None:
     health = httpx.get(f"{pair.second.url}/healthz", timeout=5).json()
     assert health["remote"]["state"] == "up" and health["model"] == demo_model_id()
     assert httpx.get(f"{pair.second.url}/readyz", timeout=10).status_code == 200
+
+
+@pytest.mark.browser
+def test_page_of_the_second_answers_right(pair: Pair, tmp_path: Path, artifacts: Path) -> None:
+    sample = first_sample("count", 1)
+    image = tmp_path / "scene.png"
+    image.write_bytes(sample.png_bytes()[0])
+    with chromium() as browser:
+        context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1100})
+        page = context.new_page()
+        page.goto(pair.second.url + "/")
+        page.wait_for_url("**/login**")
+        page.fill("#tenant", "demo")
+        page.check("#m-local")
+        page.fill("#user", "demo")
+        page.fill("#password", TEST_PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(pair.second.url + "/")
+        page.wait_for_selector("#qwen-question textarea")
+        page.set_input_files("#qwen-question input[type=file]", [str(image)])
+        page.wait_for_function(
+            "document.querySelectorAll('#qwen-question img, #qwen-question .thumbnail-item')"
+            ".length >= 1",
+            timeout=15_000,
+        )
+        page.fill("#qwen-question textarea", sample.question)
+        page.press("#qwen-question textarea", "Enter")
+        page.wait_for_selector("#qwen-chat >> text=/Done in/", timeout=120_000)
+        page.screenshot(path=str(artifacts / "chat-remote-engine.png"), full_page=True)
+        assert answer_text(page).strip() == sample.answer, sample.question
+        context.close()
 
 
 def test_survives_the_remote_stopping_and_restarting(pair: Pair) -> None:

@@ -245,10 +245,10 @@ def test_auth_quota_size_and_availability_errors(http: TestClient, tokens: dict[
     )
     assert_openai_error(response, 413, "request_too_large")
     # the token is checked before the body is read or parsed
-    for body in (big, b"not json"):
+    for content in (big, b"not json"):
         refused = http.post(
             "/v1/chat/completions",
-            content=body,
+            content=content,
             headers={"Authorization": "Bearer qwu_00000000_" + "x" * 43},
         )
         assert_openai_error(refused, 401, "invalid_token")

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
@@ -16,7 +17,10 @@ from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import Settings
 from qwen_ui.state import open_state
 from qwen_ui.store import ModelStore
-from qwen_ui.web import admission_setup, api, auth_setup, errors, health, metrics
+from qwen_ui.web import admission_setup, api, auth_setup, cors, errors, health, metrics
+from qwen_ui.web.caller import caller_from_headers, csrf_header_check
+from qwen_ui.web.guard import RequestGuard
+from qwen_ui.web.uploads import UploadRegistry
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.auth = auth_setup.start(settings, app.state.state)
     admission_setup.start(app)
     await api.start_engine(app)
+    sweeps = _start_uploads(app, settings)
     log.info(
         "qwen-ui %s starting: model %s, state %s",
         __version__,
@@ -37,6 +42,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        if sweeps is not None:
+            sweeps.cancel()
         await api.stop_engine(app)
         await app.state.state.close()
 
@@ -60,12 +67,35 @@ def create_app(settings: Settings | None = None, ui: bool = True) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(api.router)
     auth_setup.install(app, settings)
+    _guard(app, settings)
+    cors.install(app, settings)
     app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
     if ui:
         _mount_ui(app, settings)
     return app
+
+
+def _guard(app: FastAPI, settings: Settings) -> None:
+    """Credentials, origin, size and read timeout, before anything reads the body."""
+    app.add_middleware(
+        RequestGuard,
+        settings=settings,
+        caller_of=caller_from_headers(lambda: app.state.auth),
+        csrf_ok=csrf_header_check(lambda: app.state.auth),
+        uploads=lambda: getattr(app.state, "uploads", None),
+    )
+
+
+def _start_uploads(app: FastAPI, settings: Settings) -> asyncio.Task[None] | None:
+    """With the UI mounted: the registry of Gradio uploads, and its periodic sweep."""
+    folder: Path | None = getattr(app.state, "upload_folder", None)
+    if folder is None:
+        return None
+    registry = UploadRegistry(app.state.state, folder, settings.conversation_ttl_s)
+    app.state.uploads = registry
+    return asyncio.create_task(registry.run_sweeps())
 
 
 def _init_state(app: FastAPI, settings: Settings) -> None:
@@ -104,6 +134,7 @@ def _mount_gradio(app: FastAPI, settings: Settings) -> None:
     from qwen_ui.web.theme import load_theme
     from qwen_ui.web.ui import build_ui
 
+    app.state.upload_folder = Path(gr.utils.get_upload_folder())
     theme = load_theme(settings.themes_dir, settings.theme)
     footer: list[str] = ["gradio", "settings"] + (["api"] if settings.show_api else [])
     gr.mount_gradio_app(

@@ -1,4 +1,4 @@
-"""Wiring auth into the app: routes, the login redirect, the service on ``app.state.auth``
+"""Wiring auth into the app: routes, the service on ``app.state.auth``
 and Gradio's ``auth_dependency``. ``server.py`` calls these three functions."""
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ from fastapi import FastAPI, Request
 
 from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.service import AuthService
-from qwen_ui.auth.web import LoginRedirectMiddleware, gradio_auth_dependency
+from qwen_ui.auth.web import gradio_auth_dependency
 from qwen_ui.settings import Settings
 from qwen_ui.state import State
 from qwen_ui.web import login, oss_api
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    """Routes (before the Gradio mount, which catches everything under its path) and the
-    middleware that sends browsers without a session to /login."""
+    """Routes (before the Gradio mount, which catches everything under its path); browsers
+    without a session are sent to /login by the request guard (``web/guard.py``)."""
     app.include_router(login.router)
     app.include_router(oss_api.router)
-    app.add_middleware(LoginRedirectMiddleware, fastapi_app=app, ui_path=settings.ui_path)
 
 
 def start(settings: Settings, state: State) -> AuthService:

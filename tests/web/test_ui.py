@@ -9,6 +9,7 @@ import pytest
 from fastapi import Request
 from fastapi.testclient import TestClient
 
+from qwen_ui.auth.web import SESSION_COOKIE
 from qwen_ui.server import create_app
 from qwen_ui.settings import Settings
 from qwen_ui.web.i18n import negotiate
@@ -70,6 +71,8 @@ def test_proxy_scheme_from_trusted_peer_only(home: Path, trusted: str, scheme: s
 
     app.add_api_route("/_scheme", seen_scheme)
     with TestClient(app) as client:
+        session_id = log_in(client)  # every route but a few needs a session (web/guard.py)
+        client.cookies.set("__Host-" + SESSION_COOKIE, session_id)
         assert client.get("/_scheme", headers={"X-Forwarded-Proto": "https"}).json() == scheme
 
 

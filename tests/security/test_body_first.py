@@ -13,6 +13,9 @@ pytestmark = pytest.mark.e2e
 
 BOUNDARY = "qwenSecBoundary"
 GIB2 = 2 * 1024 * 1024 * 1024
+IMAGE_PART = (
+    f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="images"; filename="a.png"\r\n\r\n'
+)
 
 
 def _head(site: Site, path: str, length: int | None, cookie: str = "", extra: str = "") -> str:
@@ -39,9 +42,7 @@ def test_unauthenticated_2gib_upload_is_refused_before_the_body(site: Site, path
     """Headers announcing 2 GiB and 256 KiB of it: the 401 comes at once, the connection
     closes, nothing is spooled to disk."""
     uploads_before = site.folder_bytes(site.uploads) if site.uploads.exists() else 0
-    part = (
-        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="images"; filename="a.png"\r\n\r\n'
-    )
+    part = IMAGE_PART
     answer = raw_request(
         site.url, _head(site, path, GIB2), part.encode() + b"\0" * (256 * 1024), wait_s=8
     )
@@ -68,9 +69,7 @@ def test_declared_size_over_the_cap_is_413_before_reading(site: Site) -> None:
 def test_chunked_body_over_the_cap_is_413_while_streaming(memory_site: Site) -> None:
     site = memory_site
     user = site.user()
-    part = (
-        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="images"; filename="a.png"\r\n\r\n'
-    )
+    part = IMAGE_PART
     piece = b"\0" * (256 * 1024)
     pieces = [part.encode()] + [piece] * 16  # an image part of 4 MiB, in chunks
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)

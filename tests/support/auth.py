@@ -44,7 +44,8 @@ def log_in(
     credentials: OSSCredentials | None = None,
 ) -> str:
     """Open a session for ``principal`` (its tenant must exist) and set the cookie (and the
-    page's own Origin) on the client; returns the session id. The login form itself is tested in tests/auth."""
+    page's own Origin) on the client; returns the session id. The login form itself is
+    tested in tests/auth."""
     app = client.app
     principal = principal or Principal("demo", "demo")
     if principal.method == "password" and app.state.auth.registry.get(principal.tenant) is None:  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ from starlette.types import Scope
 from qwen_ui.auth import csrf
 from qwen_ui.auth.errors import InvalidToken
 from qwen_ui.auth.principal import Principal
-from qwen_ui.auth.web import SESSION_COOKIE, bearer_token, read_cookie
+from qwen_ui.web.auth import SESSION_COOKIE, bearer_token, read_cookie
 
 if TYPE_CHECKING:
     from qwen_ui.auth.service import AuthService

@@ -14,7 +14,7 @@ or Gradio parse anything).
    timeout, multipart closing boundary).
 4. **Whose upload**: ``file=`` paths recorded for other principals are not found, and the
    paths Gradio's upload route returns are recorded for the caller
-   (:mod:`qwen_ui.web.uploads`).
+   (:mod:`qwen_ui.uploads`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from qwen_ui.auth.errors import CsrfFailed
 from qwen_ui.errors import MalformedBody, NotFound, QwenUIError, Unauthorized
 from qwen_ui.settings import Settings
+from qwen_ui.uploads import UploadRegistry
 from qwen_ui.web.body import (
     BodyReader,
     BodyRejected,
@@ -41,7 +42,6 @@ from qwen_ui.web.body import (
 from qwen_ui.web.caller import Caller, CallerOf, CsrfCheck
 from qwen_ui.web.i18n import negotiate
 from qwen_ui.web.origin import STATE_CHANGING, same_site_request
-from qwen_ui.web.uploads import UploadRegistry
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from qwen_ui.auth.web import SESSION_COOKIE
+from qwen_ui.web.auth import SESSION_COOKIE
 from tests.security.conftest import Site
 from tests.support.auth import TEST_PASSWORD
 from tests.support.server import HIDDEN

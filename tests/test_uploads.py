@@ -1,4 +1,4 @@
-"""The upload registry (web/uploads.py) on both state backends: owners, forget, sweep."""
+"""The upload registry (qwen_ui/uploads.py) on both state backends: owners, forget, sweep."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from qwen_ui.auth.principal import Principal
 from qwen_ui.state import State
-from qwen_ui.web.uploads import UploadNotFound, UploadRegistry
+from qwen_ui.uploads import UploadNotFound, UploadRegistry
 
 ALICE = Principal("acme", "alice")
 BOB = Principal("acme", "bob")

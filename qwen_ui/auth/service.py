@@ -95,7 +95,11 @@ class AuthService:
             audit=AuditLog(settings.log_path),
             local=LocalVerifier(),
             oss=OSSVerifier(
-                connector, keys, state.namespace("oss-verified"), settings.oss_verify_cache_s
+                connector,
+                keys,
+                state.namespace("oss-verified"),
+                settings.oss_verify_cache_s,
+                clock,
             ),
             connector=connector,
             quotas=TenantQuotas(state.namespace("quota"), registry, clock),
@@ -158,7 +162,7 @@ class AuthService:
             return await self.local.verify(tenant, creds)
         if tenant is None or tenant.kind != "oss":
             raise InvalidCredentials()
-        return await self.oss.verify(tenant, creds)
+        return await self.oss.verify(tenant, creds, not_after=attempt.not_after)
 
     def _audit_login(self, attempt: LoginAttempt, outcome: str, seconds: float) -> None:
         creds = attempt.credentials
@@ -208,9 +212,11 @@ class AuthService:
                 raise InvalidCredentials()
             await self.oss.verify(tenant, credentials, use_cache=False)
         except InvalidCredentials:
+            log.debug("STS session of %s refused at its re-check; ended", session.principal.label)
             await self.sessions.delete(session_id)
             return None
         except OSSUnavailable:
+            log.debug("STS re-check of %s postponed: OSS unreachable", session.principal.label)
             return session
         return await self.sessions.mark_verified(session_id, session)
 

@@ -211,6 +211,14 @@ class Settings(BaseSettings):
         None, description="Redis URL for sessions, throttles and caches (unset: in-process)."
     )
 
+    # --- readiness (issue 26) -------------------------------------------------------
+    readiness_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=10,
+        description="Longest /readyz waits for a dependency (Redis) before calling it down.",
+    )
+
     # --- auth -----------------------------------------------------------------------
     tenants_file: Path | None = Field(
         None, description="Tenants file, TOML (default: HOME/tenants.toml)."

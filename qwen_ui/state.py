@@ -264,6 +264,15 @@ def open_state(redis_url: str | None) -> State:
     return RedisState(redis_url) if redis_url else MemoryState()
 
 
+async def unreachable(state: State, timeout_s: float) -> str | None:
+    """Why ``state`` cannot serve now (for /readyz), asked within ``timeout_s``; else None."""
+    try:
+        await asyncio.wait_for(state.ping(), timeout_s)
+    except (StateUnavailable, TimeoutError):
+        return f"state: {state.kind} unreachable"
+    return None
+
+
 async def wait_ready(state: State, attempts: int = 1) -> bool:
     """True once ``state`` answers a ping (used by /readyz, never by /healthz)."""
     for attempt in range(attempts):

@@ -76,7 +76,8 @@ class OSSVerifier:
             raise InvalidCredentials()
         principal = Principal(tenant=tenant.id, user=credentials.key_id, method="oss")
         cache_key = self._cache_key(tenant, credentials)
-        if use_cache and await self._cached(cache_key, credentials):
+        cacheable = credentials.sts_token is None or not_after is not None
+        if use_cache and cacheable and await self._cached(cache_key, credentials):
             log.debug("OSS key check for tenant %s answered from the cache", tenant.id)
             return principal
         asked_at = self.clock()

@@ -79,6 +79,9 @@ async def test_sts_without_a_stated_expiry_is_never_cached(oss: FakeOSS, state: 
     await v.verify(tenant, creds(ACME_STS))
     await v.verify(tenant, creds(ACME_STS))
     assert len(oss.calls(ACME_STS.key_id)) == 2
+    await v.verify(tenant, creds(ACME_STS), not_after=Clock()() + 3600)
+    await v.verify(tenant, creds(ACME_STS))  # an entry exists; without an expiry, unused
+    assert len(oss.calls(ACME_STS.key_id)) == 4
 
 
 async def test_sts_entry_never_outlives_the_stated_expiry(oss: FakeOSS, state: State) -> None:

@@ -24,6 +24,7 @@ from tests.conftest import free_port
 from tests.support.oss_server import FakeOSS
 from tests.support.server import ServerProcess
 
+START_TIMEOUT_S = 240.0  # a loaded CI machine needs more than a minute to import Gradio
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 
@@ -81,7 +82,12 @@ class AuthSite:
             "QWEN_UI_LOGIN_MAX_FAILURES_PER_IP": "12",
         }
         server = ServerProcess(home, env={**base, **(env or {})})
-        server.wait_for("/login")
+        try:
+            server.wait_for("/login", timeout=START_TIMEOUT_S)
+        except BaseException:
+            server.stop()
+            oss.stop()
+            raise
         return cls(server, oss)
 
     @property

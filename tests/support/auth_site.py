@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from qwen_ui.auth import tenants as tenants_file
+from qwen_ui.auth.tokens import add_token, new_token
 from tests.auth.conftest import Keys, make_oss, write_world
 from tests.conftest import free_port
 from tests.support.oss_server import FakeOSS
@@ -70,11 +72,13 @@ class AuthSite:
 
     server: ServerProcess
     oss: FakeOSS
+    token: str  # an API token of the local tenant school
 
     @classmethod
     def start(cls, home: Path, env: dict[str, str] | None = None) -> AuthSite:
         oss = make_oss()
         write_world(home / "tenants.toml", oss.endpoint)
+        token = give_token(home / "tenants.toml", "school")
         base = {
             "QWEN_UI_ALLOW_INSECURE_OSS_ENDPOINTS": "true",
             "QWEN_UI_OSS_TIMEOUT_S": "3",
@@ -88,7 +92,7 @@ class AuthSite:
             server.stop()
             oss.stop()
             raise
-        return cls(server, oss)
+        return cls(server, oss, token)
 
     @property
     def url(self) -> str:
@@ -104,9 +108,23 @@ class AuthSite:
             headers={"origin": self.url},
         )
 
+    def api(self) -> httpx.AsyncClient:
+        """A script's client: the API token, no cookies, no Origin."""
+        return httpx.AsyncClient(
+            base_url=self.url, timeout=120, headers={"authorization": f"Bearer {self.token}"}
+        )
+
     def stop(self) -> None:
         self.server.stop()
         self.oss.stop()
+
+
+def give_token(path: Path, tenant_id: str) -> str:
+    tenants = tenants_file.load(path, allow_insecure=True)
+    token, record = new_token("security suite")
+    tenant = add_token(tenants.tenants[tenant_id], record)
+    tenants_file.save(path, tenants_file.with_tenant(tenants, tenant))
+    return token
 
 
 async def csrf_token(client: httpx.AsyncClient) -> str:

@@ -20,6 +20,7 @@ from qwen_ui.errors import (
 )
 from qwen_ui.services import maybe_services
 from qwen_ui.web import openai_wire
+from qwen_ui.web.guard import local_path
 from qwen_ui.web.i18n import negotiate
 
 log = logging.getLogger(__name__)
@@ -32,19 +33,8 @@ def error_response(request: Request, error: QwenUIError) -> JSONResponse:
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(error.retry_after)))
-    body = error.to_dict(lang)
-    if _is_openai(request):  # /v1/*: OpenAI's error object
-        param = openai_wire.param_of(error)
-        body = openai_wire.error_body(error.code, error.message(lang), error.status, param)
+    body = openai_wire.body_for(local_path(request.scope), error, lang)
     return JSONResponse(body, status_code=error.status, headers=headers)
-
-
-def _is_openai(request: Request) -> bool:
-    path: str = request.scope["path"]
-    root: str = request.scope.get("root_path", "") or ""
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    return path.startswith("/v1/")
 
 
 async def _handle_app_error(request: Request, exc: Exception) -> JSONResponse:

@@ -10,6 +10,7 @@ from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import ServicesDep
+from qwen_ui.state import unreachable
 
 router = APIRouter()
 
@@ -37,24 +38,32 @@ async def healthz(services: ServicesDep) -> JSONResponse:
 @router.get("/readyz", include_in_schema=False)
 async def readyz(services: ServicesDep) -> JSONResponse:
     """200 only when the model is loaded and has answered once (remote engine: when the
-    remote's /models answers, within a few seconds)."""
-    if isinstance(services.engine, RemoteEngine):
-        return await _remote_ready(services.engine)
-    status = services.status
-    if status.is_ready:
-        return JSONResponse({"status": "ready", "engine": status.state.value})
-    body = {
-        "status": "not ready",
-        "engine": status.state.value,
-        "reason": status.not_ready_reason(),
+    remote's /models answers, within a few seconds) and every configured dependency (the
+    Redis state store) answers within ``readiness_timeout_s``."""
+    status, engine = services.status, services.engine
+    if isinstance(engine, RemoteEngine):  # nothing loads here: ready when the remote answers
+        problem = await _remote_problem(engine)
+        reasons = [] if problem is None else [f"remote: {problem}"]
+    else:
+        reasons = [] if status.is_ready else [f"engine: {status.not_ready_reason()}"]
+    state_problem = await unreachable(services.state, services.settings.readiness_timeout_s)
+    if state_problem is not None:
+        reasons.append(state_problem)
+    ready = not reasons
+    body: dict[str, object] = {
+        "ready": ready,
+        "status": "ready" if ready else "not ready",
+        "engine": "remote" if isinstance(engine, RemoteEngine) else status.state.value,
     }
-    return JSONResponse(body, status_code=503)
+    if not ready:
+        body["reasons"] = reasons
+        body["reason"] = "; ".join(reasons)
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
-async def _remote_ready(engine: RemoteEngine) -> JSONResponse:
+async def _remote_problem(engine: RemoteEngine) -> str | None:
     try:
         await engine.probe()
     except QwenUIError as exc:
-        body = {"status": "not ready", "engine": "remote", "reason": exc.message("en")}
-        return JSONResponse(body, status_code=503)
-    return JSONResponse({"status": "ready", "engine": "remote"})
+        return exc.message("en")
+    return None

@@ -36,6 +36,7 @@ from qwen_ui.web import openai_wire as wire
 from qwen_ui.web.api import _checked_head, request_lang
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import PrincipalDep
+from qwen_ui.web.body import too_large
 from qwen_ui.web.openai_images import read_image_urls
 
 router = APIRouter(prefix="/v1")
@@ -85,21 +86,15 @@ async def chat_completions(
     return await _complete(reply, call, items, ask_request.lang)
 
 
-def body_limit(settings: Settings) -> int:
-    """Every image as base64 plus room for the text."""
-    return settings.max_images * (settings.max_image_bytes * 4 // 3 + 1024) + 4 * MiB
-
-
 async def read_json(request: Request, settings: Settings) -> object:
-    limit = body_limit(settings)
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise wire.BodyTooLarge(limit_mb=limit // MiB)
+    """The JSON body, at most ``max_request_bytes`` (the request guard enforces the same
+    limit; images count base64-encoded here)."""
+    limit = settings.max_request_bytes
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise wire.BodyTooLarge(limit_mb=limit // MiB)
+            raise too_large(limit)
     try:
         return json.loads(body)
     except ValueError:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_ui.engine.engine import AskOptions
-from qwen_ui.errors import BadRequest, NotFound, PayloadTooLarge
+from qwen_ui.errors import BadRequest, NotFound, QwenUIError
 
 ACCEPTED = frozenset(
     {
@@ -75,18 +75,24 @@ class ModelNotServed(NotFound):
     zh = "此处不提供模型“{model}”；GET /v1/models 列出可用的模型。"
 
 
-class BodyTooLarge(PayloadTooLarge):
-    code = "request_too_large"
-    en = "The request body is larger than {limit_mb} MB."
-    zh = "请求体超过 {limit_mb} MB。"
-
-
 def error_body(
     code: str, message: str, status: int, param: str | None = None
 ) -> dict[str, dict[str, Any]]:
     """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether ``path`` (without the proxy's prefix) is one of the OpenAI-style routes."""
+    return path.startswith("/v1/")
+
+
+def body_for(path: str, error: QwenUIError, lang: str) -> dict[str, Any]:
+    """The error body for a request to ``path``: OpenAI's object under /v1/, else ours."""
+    if not is_openai_path(path):
+        return error.to_dict(lang)
+    return error_body(error.code, error.message(lang), error.status, param_of(error))
 
 
 def param_of(error: Exception) -> str | None:

@@ -259,7 +259,7 @@ class Engine:
                     Stage("queued", ahead=ahead, wait_s=wait_s)
                 ),
             )
-            async with _Entered(admission, events) as waiting:
+            async with EnteredAdmission(admission, events) as waiting:
                 async for event in waiting:
                     yield event
                 job = self.worker.submit(lambda j: self._work(j, plan))
@@ -504,7 +504,7 @@ class Decoder:
         return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 
-class _Entered:
+class EnteredAdmission:
     """Enter an admission context while relaying its queue-position events."""
 
     def __init__(self, manager: AbstractAsyncContextManager[Any], events: asyncio.Queue[Event]):

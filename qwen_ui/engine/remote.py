@@ -24,7 +24,7 @@ from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.engine import (
     AskRequest,
-    _Entered,
+    EnteredAdmission,
     checked_question,
     recent_turns,
     sampling_for,
@@ -133,7 +133,7 @@ class RemoteEngine:
                 lambda ahead, wait_s=0.0: events.put_nowait(Stage("queued", ahead=ahead)),
             )
             answer = Answer()
-            async with _Entered(admission, events) as waiting:
+            async with EnteredAdmission(admission, events) as waiting:
                 async for event in waiting:
                     yield event
                 yield Stage.at("sending")

@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -33,14 +32,13 @@ from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.services import Services, ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web import openai_wire as wire
-from qwen_ui.web.api import _checked_head, request_lang
+from qwen_ui.web.api import checked_head, request_lang
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.body import too_large
 from qwen_ui.web.openai_images import read_image_urls
 
 router = APIRouter(prefix="/v1")
-MiB = 1024 * 1024
 STARTED = int(time.time())
 
 
@@ -73,7 +71,7 @@ async def chat_completions(
         raise TooManyImages(count=call.image_count, limit=settings.max_images)
     ask_request = await _ask_request(request, services, principal, call)
     events = ask_as(services, principal, ask_request)
-    head = await _checked_head(events)
+    head = await checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
         return failed_response(head[-1])
@@ -192,7 +190,7 @@ async def answer_items(
 
 
 async def _chained(head: Iterable[Event], events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    for event in chain(head):
+    for event in head:
         yield event
     async for event in events:
         yield event

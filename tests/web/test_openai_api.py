@@ -267,3 +267,50 @@ def test_stop_scan_holds_back_a_split_stop_sequence() -> None:
     assert scan.push("Dxyz") == ("", True)
     plain = StopScan([])
     assert plain.push("abc") == ("abc", False) and plain.flush() == ""
+
+
+@pytest.fixture
+def image_host() -> Iterator[str]:
+    """A plain HTTP server on 127.0.0.1 serving /scene.png, /missing (404), /big."""
+    import http.server
+    import threading
+
+    image = png((40, 30))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = {"/scene.png": image, "/big": bytes(70 * 1024)}.get(self.path)
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Length", str(len(found or b"")))
+            self.end_headers()
+            self.wfile.write(found or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_listed_hosts_images_are_fetched(
+    tmp_path: Path, tiny_model: Path, tokens: dict[str, str], image_host: str
+) -> None:
+    settings = tiny_settings(
+        tmp_path / "home", max_image_bytes=64 * 1024, openai_image_hosts="127.0.0.1"
+    )
+    ModelStore(settings.model_path).install(tiny_model, TINY_ID, "bf16")
+    with TestClient(create_app(settings, ui=False)) as client:
+        token = tokens["demo"]
+        fetched = raw(client, token, image_message(f"{image_host}/scene.png"))
+        assert fetched.status_code == 200, fetched.text
+        missing = raw(client, token, image_message(f"{image_host}/missing"))
+        assert_openai_error(missing, 400, "image_url_unreadable")
+        big = raw(client, token, image_message(f"{image_host}/big"))
+        assert_openai_error(big, 413, "image_too_large")
+        other = raw(client, token, image_message("http://localhost:1/scene.png"))
+        assert_openai_error(other, 400, "image_url_refused")

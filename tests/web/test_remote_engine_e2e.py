@@ -34,6 +34,7 @@ class Pair:
     first: ServerProcess
     second: ServerProcess
     token: str  # an API token of the second's tenant 'demo'
+    remote_key: str  # the first's token, the second's QWEN_UI_REMOTE_API_KEY
 
     def restart_first(self) -> None:
         self.first = ServerProcess(
@@ -61,7 +62,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     }
     second = ServerProcess(home, env=env)
     second.wait_for("/login", timeout=240)
-    found = Pair(first, second, token)
+    found = Pair(first, second, token, first_token)
     yield found
     found.second.stop()
     found.first.stop()
@@ -172,3 +173,5 @@ def test_survives_the_remote_stopping_and_restarting(pair: Pair) -> None:
         assert httpx.get(f"{pair.second.url}/readyz", timeout=10).status_code == 200
         reply = client.chat.completions.create(model=demo_model_id(), messages=ask(sample))
     assert reply.choices[0].message.content == sample.answer
+    logs = pair.second.output() + (pair.second.home / "logs" / "audit.jsonl").read_text()
+    assert pair.remote_key not in logs and pair.token not in logs

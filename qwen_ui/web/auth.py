@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from qwen_ui.auth.errors import InvalidToken
@@ -27,6 +27,7 @@ from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.sessions import Session
 from qwen_ui.errors import QwenUIError, Unauthorized
 from qwen_ui.services import ServicesDep, services_of
+from qwen_ui.web.errors import error_response
 
 SESSION_COOKIE = "qwen_session"
 CSRF_COOKIE = "qwen_csrf"
@@ -171,8 +172,7 @@ class LoginRedirectMiddleware:
             auth = services_of(scope["app"]).auth
             session = await auth.resolve(read_cookie(request, SESSION_COOKIE))
         except QwenUIError as error:  # the state store is down: say so, do not 500
-            body = error.to_dict("en")
-            await JSONResponse(body, status_code=error.status)(scope, receive, send)
+            await error_response(request, error)(scope, receive, send)
             return
         if session is not None:
             await self.app(scope, receive, send)

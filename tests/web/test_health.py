@@ -8,6 +8,7 @@ from qwen_ui import __version__
 from qwen_ui.server import create_app
 from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
+from tests.support.auth import log_in
 
 
 def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> None:
@@ -91,6 +92,8 @@ def test_error_messages_follow_accept_language(home) -> None:  # type: ignore[no
 
 def test_unknown_route_uses_the_one_error_shape(home) -> None:  # type: ignore[no-untyped-def]
     with TestClient(create_app(Settings(home=home, ui_path="/ui"))) as client:
+        assert client.get("/no-such-page").json()["error"]["code"] == "unauthorized"
+        log_in(client)  # anonymous callers learn nothing of the routes (web/guard.py)
         response = client.get("/no-such-page")
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"

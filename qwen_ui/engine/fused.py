@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from qwen_ui.engine.awq import QUANT_SUFFIXES
+from qwen_ui.engine.awq_format import QUANT_SUFFIXES
 from qwen_ui.engine.errors import UnsupportedModel
 
 ATTENTION_CLASSES = ("Qwen2VLAttention", "Qwen2_5_VLAttention")

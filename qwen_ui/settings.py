@@ -29,8 +29,8 @@ def default_home() -> Path:
 
 
 def default_themes_dir() -> Path:
-    """The ``themes/`` folder of the source tree this package runs from."""
-    return Path(__file__).resolve().parent.parent / "themes"
+    """The ``themes/`` folder shipped inside the package."""
+    return Path(__file__).resolve().parent / "themes"
 
 
 class Settings(BaseSettings):
@@ -335,7 +335,7 @@ def _type_name(annotation: Any) -> str:
 
 def _default_text(name: str, info: Any) -> str:
     if info.default_factory is not None:
-        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<source>/themes"}.get(
+        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<package>/themes"}.get(
             name, "(computed)"
         )
     return "" if info.default is None else str(info.default)

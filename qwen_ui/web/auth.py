@@ -5,7 +5,7 @@
 - :func:`require_session`: the session itself (OSS routes need its credentials).
 - :func:`gradio_auth_dependency`: Gradio's ``auth_dependency`` (cookie -> "tenant/user").
 - :func:`principal_from_gradio`: the Principal inside a Gradio event handler.
-- :class:`LoginRedirectMiddleware`: browsers without a session land on ``/login``.
+- Browsers without a session are sent to ``/login`` by the request guard (``guard.py``).
 
 The session cookie is ``HttpOnly; SameSite=Lax; Path=/``, and over HTTPS (the request's
 scheme, which ProxyHeadersMiddleware takes from X-Forwarded-Proto of trusted proxies) it
@@ -15,30 +15,20 @@ is ``Secure`` and named with the ``__Host-`` prefix.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from fastapi import Depends, FastAPI, HTTPException, Request
+from starlette.responses import Response
 
 from qwen_ui.auth.errors import InvalidToken
 from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.sessions import Session
 from qwen_ui.errors import QwenUIError, Unauthorized
-
-if TYPE_CHECKING:
-    from qwen_ui.auth.service import AuthService
+from qwen_ui.services import ServicesDep, services_of
 
 SESSION_COOKIE = "qwen_session"
 CSRF_COOKIE = "qwen_csrf"
 SECURE_PREFIX = "__Host-"
-PUBLIC_PREFIXES = ("/login", "/logout", "/healthz", "/readyz", "/metrics", "/api/")
-
-
-def auth_service(app: Any) -> AuthService:
-    service: AuthService = app.state.auth
-    return service
 
 
 def is_https(request: Request) -> bool:
@@ -83,25 +73,29 @@ def bearer_token(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" else ""
 
 
-async def require_session(request: Request) -> tuple[str, Session]:
+async def require_session(request: Request, services: ServicesDep) -> tuple[str, Session]:
     """(session id, session) of the request's cookie, else 401."""
     session_id = read_cookie(request, SESSION_COOKIE)
-    session = await auth_service(request.app).resolve(session_id)
+    session = await services.auth.resolve(session_id)
     if session is None or session_id is None:
         raise Unauthorized()
     return session_id, session
 
 
-async def require_principal(request: Request) -> Principal:
+async def require_principal(request: Request, services: ServicesDep) -> Principal:
     """FastAPI dependency: who is calling (session cookie or API bearer token), else 401."""
     token = bearer_token(request)
     if token is not None:
-        principal = auth_service(request.app).principal_for_token(token)
+        principal = services.auth.principal_for_token(token)
         if principal is None:
             raise InvalidToken()
         return principal
-    _session_id, session = await require_session(request)
+    _session_id, session = await require_session(request, services)
     return session.principal
+
+
+SessionDep = Annotated[tuple[str, Session], Depends(require_session)]
+PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 
 def gradio_auth_dependency(app: FastAPI) -> Callable[[Request], Awaitable[str | None]]:
@@ -110,7 +104,8 @@ def gradio_auth_dependency(app: FastAPI) -> Callable[[Request], Awaitable[str | 
 
     async def user_of(request: Request) -> str | None:
         try:
-            session = await auth_service(app).resolve(read_cookie(request, SESSION_COOKIE))
+            auth = services_of(app).auth
+            session = await auth.resolve(read_cookie(request, SESSION_COOKIE))
         except QwenUIError as error:  # Gradio's own app renders HTTPException, not ours
             raise HTTPException(error.status, detail=error.message("en")) from None
         return None if session is None else session.principal.label
@@ -131,7 +126,7 @@ async def session_from_gradio(app: FastAPI, request: Any) -> tuple[str, Session]
     cookies = getattr(request, "cookies", None) or {}
     https = getattr(getattr(request, "url", None), "scheme", "http") == "https"
     session_id = cookies.get(cookie_name(SESSION_COOKIE, https))
-    session = await auth_service(app).resolve(session_id)
+    session = await services_of(app).auth.resolve(session_id)
     if session is None or session_id is None:
         raise Unauthorized()
     return session_id, session
@@ -148,54 +143,3 @@ def safe_next(value: str | None, default: str) -> str:
     ):
         return default
     return value
-
-
-class LoginRedirectMiddleware:
-    """Send a browser page load of the UI without a live session to ``/login?next=...``.
-
-    Only GET/HEAD navigations (``Accept: text/html``) outside the public paths are
-    redirected; Gradio's own XHR calls still get its 401 JSON."""
-
-    def __init__(self, app: ASGIApp, fastapi_app: FastAPI, ui_path: str) -> None:
-        self.app = app
-        self.fastapi_app = fastapi_app
-        self.ui_path = ui_path
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        path = self._local_path(request)
-        if not self._guarded(request, path):
-            await self.app(scope, receive, send)
-            return
-        try:
-            session = await auth_service(self.fastapi_app).resolve(
-                read_cookie(request, SESSION_COOKIE)
-            )
-        except QwenUIError as error:  # the state store is down: say so, do not 500
-            body = error.to_dict("en")
-            await JSONResponse(body, status_code=error.status)(scope, receive, send)
-            return
-        if session is not None:
-            await self.app(scope, receive, send)
-            return
-        target = path + (f"?{request.url.query}" if request.url.query else "")
-        root = scope.get("root_path", "") or ""
-        location = f"{root}/login?next={quote(target, safe='/')}"
-        await RedirectResponse(location, status_code=303)(scope, receive, send)
-
-    @staticmethod
-    def _local_path(request: Request) -> str:
-        path: str = request.scope["path"]
-        root: str = request.scope.get("root_path", "") or ""
-        return path[len(root) :] or "/" if root and path.startswith(root) else path
-
-    def _guarded(self, request: Request, path: str) -> bool:
-        if "text/html" not in request.headers.get("accept", ""):
-            return False
-        if path.startswith(PUBLIC_PREFIXES):
-            return False
-        ui = self.ui_path.rstrip("/")
-        return path == self.ui_path or path.startswith(ui + "/") or ui == ""

@@ -120,10 +120,10 @@ class Settings(BaseSettings):
         256,
         ge=0,
         description="AWQ models: prompts of more tokens than this run each int4 layer on a "
-        "weight dequantized for that call (the int4 kernel is slow at large batch: 7B time to "
-        "first token 110-119 ms instead of 550 on an H200). On CUDA it reads the kernel's own "
-        "weight, and the first such prompt compiles the prefill's kernels (once per process); "
-        "on the CPU it keeps AWQ's tensors beside it (4 bits more per weight). 0 = off.",
+        "weight dequantized for that call instead of the int4 kernel, which is slow at large "
+        "batch. On CUDA it reads the kernel's own weight, and the first such prompt compiles "
+        "the prefill's kernels (once per process); on the CPU it keeps AWQ's tensors beside "
+        "it (4 bits more per weight). 0 = off.",
     )
     fuse_projections: bool = Field(
         True,
@@ -149,7 +149,7 @@ class Settings(BaseSettings):
         description="With a static cache on CUDA, replay the language model's prefill of "
         "prompts of up to this many tokens from CUDA graphs recorded per 64-token length "
         "bucket (the first prompt of a bucket records it, about two eager passes): one "
-        "launch instead of hundreds (7B, one cached 1024x768 image: docs/BENCHMARKS.md). "
+        "launch instead of hundreds. "
         "Their shared memory pool and staging buffers are kept out of the request budget. "
         "0 = off; ignored on the CPU.",
     )

@@ -149,6 +149,28 @@ class StoreError(BadRequest):
     zh = "模型仓库：{problem}"
 
 
+class ManifestError(StoreError):
+    """The bytes are not a snapshot manifest this version understands."""
+
+    code = "manifest_invalid"
+    en = "The model manifest is not valid: {problem}"
+    zh = "模型清单无效：{problem}"
+
+
+class FetchError(QwenUIError):
+    """Downloading a model from the hub failed; ``exit_code`` is what ``qwen-ui models
+    fetch`` ends with. The English message is the problem itself (the CLI prints it)."""
+
+    status = 502
+    code = "fetch_failed"
+    en = "{problem}"
+    zh = "模型下载失败：{problem}"
+
+    def __init__(self, problem: str, exit_code: int) -> None:
+        super().__init__(problem=problem)
+        self.exit_code = exit_code
+
+
 # --- engine -----------------------------------------------------------------------------
 
 

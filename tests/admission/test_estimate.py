@@ -15,8 +15,8 @@ from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
 from qwen_ui.admission.estimate import DEQUANT_WORK, WORKSPACE_BYTES, RequestShape, estimate
 from qwen_ui.admission.tokens import ImageGrid
-from qwen_ui.demo.awq_format import quantization_config
 from qwen_ui.engine.awq import dequantize_for_kernel
+from qwen_ui.engine.awq_format import quantization_config
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.facts import model_shape
 from qwen_ui.engine.generate import decode_mode_for

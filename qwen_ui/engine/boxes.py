@@ -50,11 +50,16 @@ class ParsedAnswer:
     boxes: tuple[RawBox, ...]
 
 
-def parse_boxes(text: str, family: Family) -> ParsedAnswer:
-    """The boxes of ``text`` in ``family``'s format, and the text with them as labels."""
+def parse_boxes(text: str, family: Family, images: int = 1) -> ParsedAnswer:
+    """The boxes of ``text`` in ``family``'s format, and the text with them as labels.
+
+    ``images``: how many images the answer is about. With several, a box must name its
+    image (1 to ``images``) to count; one that does not is left in the text. An image
+    number out of range always leaves the box as text.
+    """
     if family == "qwen2_vl":
-        return _parse_tags(text)
-    return _parse_json(text)
+        return _parse_tags(text, images)
+    return _parse_json(text, images)
 
 
 # --- Qwen2-VL: special-token tags ----------------------------------------------------------
@@ -67,7 +72,10 @@ _ONE_BOX = re.compile(_BOX)
 _LONE_REF = re.compile(_REF, re.DOTALL)
 
 
-def _parse_tags(text: str) -> ParsedAnswer:
+def _parse_tags(text: str, images: int) -> ParsedAnswer:
+    """Tags never name an image: with several images, nothing is parsed."""
+    if images > 1:
+        return ParsedAnswer(text, ())
     boxes: list[RawBox] = []
 
     def replace(match: re.Match[str]) -> str:
@@ -119,11 +127,11 @@ class _Found:
     rest: tuple[Any, ...]
 
 
-def _parse_json(text: str) -> ParsedAnswer:
+def _parse_json(text: str, images: int) -> ParsedAnswer:
     pieces: list[str] = []
     boxes: list[RawBox] = []
     position = 0
-    for found in _json_values(text):
+    for found in _json_values(text, images):
         pieces.append(text[position : found.start])
         pieces.append(_readable(found))
         boxes.extend(found.boxes)
@@ -132,12 +140,12 @@ def _parse_json(text: str) -> ParsedAnswer:
     return ParsedAnswer("".join(pieces), tuple(boxes))
 
 
-def _json_values(text: str) -> Iterator[_Found]:
+def _json_values(text: str, images: int) -> Iterator[_Found]:
     """Box-holding JSON values in ``text``, left to right: a fenced block whose whole
     content is box JSON (the fence goes with it), else any JSON value found by scanning."""
     position = 0
     while position < len(text):
-        found = _fenced_at(text, position) or _bare_at(text, position)
+        found = _fenced_at(text, position, images) or _bare_at(text, position, images)
         if found is None:
             position += 1
             continue
@@ -145,7 +153,7 @@ def _json_values(text: str) -> Iterator[_Found]:
         position = found.end
 
 
-def _fenced_at(text: str, position: int) -> _Found | None:
+def _fenced_at(text: str, position: int, images: int) -> _Found | None:
     if not text.startswith("```", position):
         return None
     match = _FENCE.match(text, position)
@@ -155,27 +163,27 @@ def _fenced_at(text: str, position: int) -> _Found | None:
         value = json.loads(match.group(1))
     except ValueError:
         return None
-    found = _classify(value, match.start(), match.end())
+    found = _classify(value, match.start(), match.end(), images)
     return found if found is not None and not found.rest else None
 
 
-def _bare_at(text: str, position: int) -> _Found | None:
+def _bare_at(text: str, position: int, images: int) -> _Found | None:
     if text[position] not in "[{":
         return None
     try:
         value, end = _DECODER.raw_decode(text, position)
     except (ValueError, RecursionError):
         return None
-    return _classify(value, position, end)
+    return _classify(value, position, end, images)
 
 
-def _classify(value: Any, start: int, end: int) -> _Found | None:
+def _classify(value: Any, start: int, end: int, images: int) -> _Found | None:
     """Boxes in a JSON value (one box object, or a list with at least one), else None."""
     items = value if isinstance(value, list) else [value]
     boxes: list[RawBox] = []
     rest: list[Any] = []
     for item in items:
-        box = _json_box(item)
+        box = _json_box(item, images)
         if box is None:
             rest.append(item)
         else:
@@ -185,7 +193,7 @@ def _classify(value: Any, start: int, end: int) -> _Found | None:
     return _Found(start, end, tuple(boxes), tuple(rest))
 
 
-def _json_box(item: Any) -> RawBox | None:
+def _json_box(item: Any, images: int) -> RawBox | None:
     if not isinstance(item, dict):
         return None
     coords = item.get("bbox_2d")
@@ -195,20 +203,20 @@ def _json_box(item: Any) -> RawBox | None:
     label = item.get("label", "")
     if box is None or not isinstance(label, str):
         return None
-    image = _image_of(item)
-    if image is False:
+    image = _image_of(item, images)
+    if image is False or (image is None and images > 1):
         return None
-    return RawBox(label.strip(), box, image or None)
+    return RawBox(label.strip(), box, image)
 
 
-def _image_of(item: dict[str, Any]) -> int | Literal[False] | None:
+def _image_of(item: dict[str, Any], images: int) -> int | Literal[False] | None:
     """The 1-based image number an object names (None: none named; False: a bad one)."""
     for key in _IMAGE_KEYS:
         if key in item:
             value = item[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int):
                 return False
-            return value
+            return value if 1 <= value <= max(images, 1) else False
     return None
 
 

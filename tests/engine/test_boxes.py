@@ -53,8 +53,21 @@ def test_image_number_is_taken_only_when_the_object_says_it() -> None:
         {"bbox_2d": [0, 0, 5, 5], "label": "cat", "image": 2},
         {"bbox_2d": [0, 0, 5, 5], "label": "dog"},
     ]
-    parsed = parse_boxes(fenced(items), "qwen2_5_vl")
-    assert [b.image for b in parsed.boxes] == [2, None]
+    assert [b.image for b in parse_boxes(fenced(items), "qwen2_5_vl").boxes] == [None]
+    parsed = parse_boxes(fenced(items), "qwen2_5_vl", images=2)
+    assert parsed.boxes == (RawBox("cat", (0, 0, 5, 5), 2),)
+    assert parsed.text.startswith("```json\ncat [") and '"dog"' in parsed.text
+
+
+@pytest.mark.parametrize("image", [0, -1, 3, "2", 1.0, True])
+def test_an_image_number_out_of_range_leaves_the_box_as_text(image: object) -> None:
+    answer = fenced({"bbox_2d": [0, 0, 5, 5], "label": "cat", "image": image})
+    assert parse_boxes(answer, "qwen3_vl", images=2) == ParsedAnswer(answer, ())
+
+
+def test_qwen2_tags_with_several_images_are_left_as_text() -> None:
+    answer = "<|object_ref_start|>a<|object_ref_end|><|box_start|>(1,2),(3,4)<|box_end|>"
+    assert parse_boxes(answer, "qwen2_vl", images=2) == ParsedAnswer(answer, ())
 
 
 @pytest.mark.parametrize(
@@ -68,7 +81,8 @@ def test_image_number_is_taken_only_when_the_object_says_it() -> None:
         {"bbox_2d": "1,2,3,4", "label": "not a list"},
         {"bbox_2d": [1, 2, 3, 4], "label": 7},
         {"bbox_2d": [1, 2, 3, 4], "label": "bad image", "image": 0},
-        {"bbox_2d": [1, 2, 3, 4], "label": "bad image", "image": "2"},
+        {"bbox_2d": [1, 2, 3, 4], "label": "bad image", "image": 2},
+        {"bbox_2d": [1, 2, 3, 4], "label": "bad image", "image": "1"},
         {"bbox": [1, 2, 3, 4], "label": "other key"},
         {"point_2d": [1, 2], "label": "a point"},
     ],

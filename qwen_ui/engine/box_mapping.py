@@ -99,6 +99,37 @@ def locate(parsed: ParsedAnswer, geometries: Sequence[ImageGeometry], family: Fa
     return out
 
 
+def upright_box(
+    box: tuple[int, int, int, int], size: tuple[int, int], orientation: int
+) -> tuple[int, int, int, int]:
+    """A box of the file's grid (``size``) on the upright image, as it is displayed: the
+    inverse of :func:`to_original`'s last step, for drawing."""
+    corners = [_orient(x, y, size, orientation) for x, y in (box[:2], box[2:])]
+    (ax, ay), (bx, by) = corners
+    return (min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
+
+
+def _orient(x: int, y: int, size: tuple[int, int], orientation: int) -> tuple[int, int]:
+    width, height = size
+    match orientation:
+        case 2:
+            return width - x, y
+        case 3:
+            return width - x, height - y
+        case 4:
+            return x, height - y
+        case 5:
+            return y, x
+        case 6:
+            return height - y, x
+        case 7:
+            return height - y, width - x
+        case 8:
+            return y, width - x
+        case _:
+            return x, y
+
+
 def _scale(geometry: ImageGeometry, family: Family) -> tuple[float, float]:
     """Upright original pixels per model unit, along x and y."""
     width, height = geometry.upright

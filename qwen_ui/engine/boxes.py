@@ -29,6 +29,16 @@ Family = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 FAMILIES: tuple[Family, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 Coords = tuple[float, float, float, float]
+# Qwen2-VL's grounding tags: special tokens a decoder must keep for its boxes to survive
+GROUNDING_TOKENS = ("<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>")
+
+
+def family_of(model_type: str) -> Family | None:
+    """The box format of a model, from its config's ``model_type`` (None: no known one)."""
+    for family in FAMILIES:
+        if model_type == family:
+            return family
+    return None
 
 
 @dataclass(frozen=True)

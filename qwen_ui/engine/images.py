@@ -86,6 +86,14 @@ def check_bytes(data: bytes, index: int, limits: ImageLimits) -> None:
         raise ImageTooLarge(index=index, size_mb=_mb(len(data)), limit_mb=_mb(limits.max_bytes))
 
 
+def upright_of(data: bytes) -> tuple[tuple[int, int], int]:
+    """(upright size, EXIF orientation) of bytes that passed :func:`check`, from the
+    header alone (the facts of the original file, whatever admission did to its pixels)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return _upright(Image.open(io.BytesIO(data)))
+
+
 def check(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
     """Check one image (1-based ``index`` for messages) from its size and header; no pixel
     is decoded yet."""
@@ -93,9 +101,7 @@ def check(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         image = _open_header(data, index, limits)
-        orientation = _orientation(image)
-    width, height = image.size
-    size = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+        size, orientation = _upright(image)
     digest = hashlib.sha256(data).hexdigest()
     fmt = str(image.format)
     return CheckedImage(index, digest, len(data), fmt, size, data, orientation=orientation)
@@ -111,6 +117,12 @@ def decode(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
 def decode_all(blobs: Sequence[bytes], limits: ImageLimits) -> list[CheckedImage]:
     check_count(len(blobs), limits)
     return [decode(data, i + 1, limits) for i, data in enumerate(blobs)]
+
+
+def _upright(image: Image.Image) -> tuple[tuple[int, int], int]:
+    orientation = _orientation(image)
+    width, height = image.size
+    return ((height, width) if orientation in (5, 6, 7, 8) else (width, height)), orientation
 
 
 def _orientation(image: Image.Image) -> int:

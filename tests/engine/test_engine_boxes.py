@@ -6,42 +6,22 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from qwen_ui.admission.tokens import Geometry, resized
-from qwen_ui.engine import engine as engine_module
 from qwen_ui.engine.engine import AskRequest, Engine
 from qwen_ui.engine.events import Done, Token
-from qwen_ui.engine.generate import Generation, Outcome
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, png, tiny_settings
-from tests.engine.support import build_family_model
+from tests.engine.support import build_family_model, force_answer
 
 TINY = Geometry(14, 2, 2, 3136, 112 * 112)  # tiny_settings' bounds and the tiny processor
-
-
-def force_answer(monkeypatch: pytest.MonkeyPatch, engine: Engine, text: str) -> None:
-    """Make the model 'say' ``text``: its tokens go through the engine's own detokenizing."""
-
-    def fake_run(
-        generation: Generation,
-        stop_ids: Sequence[int],
-        on_token: Callable[[int], None],
-        cancelled: Callable[[], bool],
-    ) -> Outcome:
-        tokenizer = engine.pipelines.language().tokenizer
-        tokens = [int(t) for t in tokenizer(text)["input_ids"]]
-        for token in tokens:
-            on_token(token)
-        return Outcome(tokens, "stop")
-
-    monkeypatch.setattr(engine_module, "run", fake_run)
 
 
 def jpeg(size: tuple[int, int], orientation: int = 1) -> bytes:

@@ -92,11 +92,13 @@ async def _local(
 
     settings = Settings()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("qwen_ui").setLevel(settings.log_level.upper())
+    logging.getLogger("qwen_ui").setLevel(logging.WARNING)  # per-row news is in the output
     store = DemoInstallingStore(ModelStore(settings.model_path))
     engine = Engine(settings, store, MemoryState())
     engine.start()
     try:
+        # the model must be there before the rows start (the demo installs itself here)
+        await asyncio.to_thread(engine.pipelines.snapshot)
         options = AskOptions(max_new_tokens=args.max_new_tokens)
         asker = LocalAsker(engine, options, args.lang, LOCAL_TENANT)
         return await _batch(args, rows, asker, output, done, progress)

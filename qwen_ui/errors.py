@@ -140,3 +140,9 @@ class EngineNotAvailable(ServiceUnavailable):
     code = "engine_not_available"
     en = "Answering is not available yet on this server."
     zh = "此服务器暂不能回答问题。"
+
+
+class NotStarted(ServiceUnavailable):
+    code = "starting"
+    en = "qwen-ui is starting; retry shortly."
+    zh = "qwen-ui 正在启动，请稍后重试。"

@@ -11,7 +11,8 @@ from qwen_ui.auth import tenants as tenants_file
 from qwen_ui.auth.passwords import hash_password
 from qwen_ui.auth.principal import OSSCredentials, Principal
 from qwen_ui.auth.tenants import Tenant, TenantsFile
-from qwen_ui.auth.web import SESSION_COOKIE, cookie_name
+from qwen_ui.services import services_of
+from qwen_ui.web.auth import SESSION_COOKIE, cookie_name
 
 TEST_PASSWORD = "correct-horse-battery-staple"
 
@@ -47,11 +48,15 @@ def log_in(
     client; returns the session id. The login form itself is tested in tests/auth."""
     app = client.app
     principal = principal or Principal("demo", "demo")
-    if principal.method == "password" and app.state.auth.registry.get(principal.tenant) is None:  # type: ignore[attr-defined]
+    if (
+        principal.method == "password"
+        and services_of(app).auth.registry.get(principal.tenant) is None
+    ):
         add_tenants(
-            app.state.settings.tenants_path, local_tenant(principal.tenant, (principal.user,))
+            services_of(app).settings.tenants_path,
+            local_tenant(principal.tenant, (principal.user,)),
         )  # type: ignore[attr-defined]
-    sessions = app.state.auth.sessions  # type: ignore[attr-defined]
+    sessions = services_of(app).auth.sessions
     session_id, _session = client.portal.call(sessions.create, principal, credentials)  # type: ignore[union-attr]
     https = str(client.base_url).startswith("https")
     client.cookies.set(cookie_name(SESSION_COOKIE, https), session_id)

@@ -6,6 +6,7 @@ from fastapi.testclient import TestClient
 
 from qwen_ui import __version__
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
 
 
@@ -22,7 +23,7 @@ def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> 
 
 
 def test_healthz_503_only_when_engine_failed(client: TestClient) -> None:
-    status = client.app.state.engine_status  # type: ignore[attr-defined]
+    status = services_of(client.app).status
     status.loading()
     assert client.get("/healthz").status_code == 200
     status.failed("model not installed")
@@ -43,7 +44,7 @@ def test_healthz_does_not_touch_redis(home) -> None:  # type: ignore[no-untyped-
 
 
 def test_readyz_needs_loaded_model_that_answered(client: TestClient) -> None:
-    status = client.app.state.engine_status  # type: ignore[attr-defined]
+    status = services_of(client.app).status
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "not loaded" in response.json()["reason"]

@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
 from qwen_ui.web.i18n import negotiate
 from qwen_ui.web.theme import ThemeNotFound, load_theme
@@ -106,7 +107,7 @@ def test_status_says_honestly_what_exists(client: TestClient, settings: Settings
 
 
 def test_status_reports_installed_model(client: TestClient, settings: Settings) -> None:
-    ref = client.app.state.store.ref_path(settings.model_id, settings.model_revision)  # type: ignore[attr-defined]
+    ref = services_of(client.app).store.ref_path(settings.model_id, settings.model_revision)
     ref.parent.mkdir(parents=True)
     ref.write_text("0" * 64)
     assert "· installed" in status_markdown(client.app, "en")  # type: ignore[arg-type]

@@ -1,13 +1,13 @@
-"""How fast a demo-model training step can go (``qwen_ui.demo.train``), apart from its data:
+"""How fast a demo-model training step can go (``training.train``), apart from its data:
 the data workers' own rate, then steps a second on batches already on the device (cycled,
 so no step waits for data), eager against ``--compile`` (``train.compile_parts``), for
 each batch size, from the same fresh model with every training head on.
 
-    python bench/bench_train_step.py --batches 160,256      # on the GPU
-    python bench/bench_train_step.py --device cpu --batches 4 --workers 0 \
+    python training/bench_train_step.py --batches 160,256      # on the GPU
+    python training/bench_train_step.py --device cpu --batches 4 --workers 0 \
         --max-pixels 28224 --steps 2 --warmup 1 --data-skip 2 --data-batches 4   # CPU dry run
-    python bench/bench_train_step.py --device cpu --workers 1 --data-only   # one worker
-    python bench/bench_train_step.py ... --train-options "--follow-ups 3"   # a recipe's
+    python training/bench_train_step.py --device cpu --workers 1 --data-only   # one worker
+    python training/bench_train_step.py ... --train-options "--follow-ups 3"   # a recipe's
 
 The ratios (compiled / eager, both in this process) are the figures; a training run's
 rate is the smaller of the step's and the workers'. Prints one JSON document on stdout.
@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _profiling import provenance
 
-from qwen_ui.demo import train
+from bench._profiling import provenance
+from training import train
 
 log = logging.getLogger("bench_train_step")
 
@@ -149,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True  # as train.run sets it
     rows = [measure(args, device, int(b)) for b in args.batches.split(",")]
     result = {
-        **provenance("bench_train_step.py", argv, device),
+        **provenance("training/bench_train_step.py", argv, device),
         "torch": torch.__version__,
         "workers": args.workers,
         "rows": rows,

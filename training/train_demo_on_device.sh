@@ -2,7 +2,7 @@
 # One demo-model training run on the device GPU, inside one call (docs/demo-model.md,
 # "Training"). Continues from the shipped bf16 weights unless --init is given again.
 #
-#   bash scripts/train_demo_on_device.sh MINUTES --seed N [train.py options...]
+#   bash training/train_demo_on_device.sh MINUTES --seed N [train.py options...]
 #
 # --seed is required: it picks the training samples, and a run continuing another with
 # the seed it had trains on the same samples again (every run up to run 14 had the
@@ -39,7 +39,7 @@ export PYTHONUNBUFFERED=1
 unset PYTHONPATH
 # the wall limit leaves a minute for start-up, the last evaluation and the save
 limit=$(python3 -c "print(int($minutes * 60 + 60))")
-timeout "$limit" python3 -m qwen_ui.demo.train --out "$run" "${init[@]}" \
+timeout "$limit" python3 -m training.train --out "$run" "${init[@]}" \
     --steps 100000 --max-minutes "$minutes" --save-every-s 60 "${args[@]}" 2>&1 |
     grep -v "Warning\|Writing model" >/tmp/train.log
 cp "$run"/model/*.safetensors "$run"/model/model.safetensors.index.json "$run"/metrics.jsonl \

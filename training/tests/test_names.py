@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qwen_ui.demo import modelcfg, names, scenes, train
+from qwen_ui.demo import modelcfg, scenes
+from training import names, train
 
 
 def spatial(lang: scenes.Lang, yes_no_share: float, n: int) -> list[scenes.Sample]:

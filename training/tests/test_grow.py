@@ -8,7 +8,8 @@ from typing import Any, cast
 import pytest
 import torch
 
-from qwen_ui.demo import grow, modelcfg, scenes, train
+from qwen_ui.demo import modelcfg, scenes
+from training import grow, train
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Train the shapes demo model from scratch on generated scenes (runs on one GPU).
 
-    PYTHONUNBUFFERED=1 python -m qwen_ui.demo.train --out OUT --steps 6000
+    PYTHONUNBUFFERED=1 python -m training.train --out OUT --steps 6000
 
 Scenes are generated and run through the real ``Qwen2_5_VLProcessor`` (loaded from the
 shipped processor files) in DataLoader workers, which also compute the mrope position ids;
@@ -40,12 +40,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import evaluate as scoring
-from qwen_ui.demo import modelcfg, names, scenes
+from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo.install import weights_dir
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
+from training import names
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = Path(__file__).resolve().parent / "weights" / "bf16"
+WEIGHTS = weights_dir("bf16")
 IGNORE = -100
 # the image processor's normalisation (OpenAI CLIP mean/std, as in Qwen2-VL)
 IMAGE_MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073])[None, :, None]
@@ -67,7 +69,7 @@ class Encoder:
     answers, whose tokens do not depend on their neighbours (special tokens split the text
     first). A sample's follow-up turns continue the conversation; the labels cover every
     answer and its ``<|im_end|>``, the heads' labels (:mod:`names`) every turn.
-    ``tests/demo/test_train.py`` pins all of it against the processor called on the chat
+    ``training/tests/test_train.py`` pins all of it against the processor called on the chat
     template as the engine calls it.
     """
 

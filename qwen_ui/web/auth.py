@@ -15,10 +15,10 @@ is ``Secure`` and named with the ``__Host-`` prefix.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -26,19 +26,12 @@ from qwen_ui.auth.errors import InvalidToken
 from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.sessions import Session
 from qwen_ui.errors import QwenUIError, Unauthorized
-
-if TYPE_CHECKING:
-    from qwen_ui.auth.service import AuthService
+from qwen_ui.services import ServicesDep, services_of
 
 SESSION_COOKIE = "qwen_session"
 CSRF_COOKIE = "qwen_csrf"
 SECURE_PREFIX = "__Host-"
 PUBLIC_PREFIXES = ("/login", "/logout", "/healthz", "/readyz", "/metrics", "/api/")
-
-
-def auth_service(app: Any) -> AuthService:
-    service: AuthService = app.state.auth
-    return service
 
 
 def is_https(request: Request) -> bool:
@@ -83,25 +76,29 @@ def bearer_token(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" else ""
 
 
-async def require_session(request: Request) -> tuple[str, Session]:
+async def require_session(request: Request, services: ServicesDep) -> tuple[str, Session]:
     """(session id, session) of the request's cookie, else 401."""
     session_id = read_cookie(request, SESSION_COOKIE)
-    session = await auth_service(request.app).resolve(session_id)
+    session = await services.auth.resolve(session_id)
     if session is None or session_id is None:
         raise Unauthorized()
     return session_id, session
 
 
-async def require_principal(request: Request) -> Principal:
+async def require_principal(request: Request, services: ServicesDep) -> Principal:
     """FastAPI dependency: who is calling (session cookie or API bearer token), else 401."""
     token = bearer_token(request)
     if token is not None:
-        principal = auth_service(request.app).principal_for_token(token)
+        principal = services.auth.principal_for_token(token)
         if principal is None:
             raise InvalidToken()
         return principal
-    _session_id, session = await require_session(request)
+    _session_id, session = await require_session(request, services)
     return session.principal
+
+
+SessionDep = Annotated[tuple[str, Session], Depends(require_session)]
+PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 
 def gradio_auth_dependency(app: FastAPI) -> Callable[[Request], Awaitable[str | None]]:
@@ -110,7 +107,8 @@ def gradio_auth_dependency(app: FastAPI) -> Callable[[Request], Awaitable[str | 
 
     async def user_of(request: Request) -> str | None:
         try:
-            session = await auth_service(app).resolve(read_cookie(request, SESSION_COOKIE))
+            auth = services_of(app).auth
+            session = await auth.resolve(read_cookie(request, SESSION_COOKIE))
         except QwenUIError as error:  # Gradio's own app renders HTTPException, not ours
             raise HTTPException(error.status, detail=error.message("en")) from None
         return None if session is None else session.principal.label
@@ -131,7 +129,7 @@ async def session_from_gradio(app: FastAPI, request: Any) -> tuple[str, Session]
     cookies = getattr(request, "cookies", None) or {}
     https = getattr(getattr(request, "url", None), "scheme", "http") == "https"
     session_id = cookies.get(cookie_name(SESSION_COOKIE, https))
-    session = await auth_service(app).resolve(session_id)
+    session = await services_of(app).auth.resolve(session_id)
     if session is None or session_id is None:
         raise Unauthorized()
     return session_id, session
@@ -156,9 +154,8 @@ class LoginRedirectMiddleware:
     Only GET/HEAD navigations (``Accept: text/html``) outside the public paths are
     redirected; Gradio's own XHR calls still get its 401 JSON."""
 
-    def __init__(self, app: ASGIApp, fastapi_app: FastAPI, ui_path: str) -> None:
+    def __init__(self, app: ASGIApp, ui_path: str) -> None:
         self.app = app
-        self.fastapi_app = fastapi_app
         self.ui_path = ui_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -171,9 +168,8 @@ class LoginRedirectMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            session = await auth_service(self.fastapi_app).resolve(
-                read_cookie(request, SESSION_COOKIE)
-            )
+            auth = services_of(scope["app"]).auth
+            session = await auth.resolve(read_cookie(request, SESSION_COOKIE))
         except QwenUIError as error:  # the state store is down: say so, do not 500
             body = error.to_dict("en")
             await JSONResponse(body, status_code=error.status)(scope, receive, send)

@@ -1,11 +1,11 @@
 """AWQ-quantize the demo model with gptqmodel, on the CPU (step 2 of
-scripts/quantize_demo.sh; runs in the quantizer's own environment, .venv-quantize).
+training/quantize_demo.sh; runs in the quantizer's own environment, .venv-quantize).
 
-    .venv-quantize/bin/python scripts/gptq_awq.py --src BF16_DIR --calib CALIB_JSON --out DIR
+    .venv-quantize/bin/python training/gptq_awq.py --src BF16_DIR --calib CALIB_JSON --out DIR
 
 AWQ, 4-bit, group 128, zero points (``sym=False``), GEMM packing; gptqmodel's Qwen2.5-VL
 definition quantizes the language model's linear layers only. Its output keeps
-transformers 5's key names and config; ``python -m qwen_ui.demo.quantize official``
+transformers 5's key names and config; ``python -m training.quantize official``
 rewrites it in the official layout.
 
 Two workarounds for gptqmodel 7.7.0 on this machine: its CPU worker pool asks for two

@@ -1,8 +1,8 @@
 """Continue the demo model's language model on frozen visual features (runs on a CPU).
 
-    python -m qwen_ui.demo.tune_lm --init qwen_ui/demo/weights/bf16 --out OUT --samples 24000
+    python -m training.tune_lm --init qwen_ui/demo/weights/bf16 --out OUT --samples 24000
 
-A second stage after :mod:`qwen_ui.demo.train` for when GPU time runs out: the vision
+A second stage after :mod:`training.train` for when GPU time runs out: the vision
 tower (already trained, with the auxiliary per-token loss) stays frozen, so each training
 sample's visual tokens are computed once, by worker processes, and reused for several
 epochs; only the language model trains, under bf16 autocast (fast on CPUs with
@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from qwen_ui.demo import evaluate as scoring
-from qwen_ui.demo import modelcfg, scenes, train
+from qwen_ui.demo import modelcfg, scenes
+from training import train
 
 log = logging.getLogger(__name__)
 

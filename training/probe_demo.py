@@ -1,13 +1,13 @@
 """Probes of a demo checkpoint on the CPU: where the spatial yes/no answer is computed.
 
-    .venv/bin/python scripts/probe_demo.py ranks  [--weights DIR] [--scenes 1500]
-    .venv/bin/python scripts/probe_demo.py answer [--weights DIR] [--n 1200] [--lang both]
-    .venv/bin/python scripts/probe_demo.py attention [--weights DIR] [--n 400] [--lang en]
-    .venv/bin/python scripts/probe_demo.py errors [--weights DIR] [--n 1200]
-    .venv/bin/python scripts/probe_demo.py shape  [--weights DIR] [--n 1200]
-    .venv/bin/python scripts/probe_demo.py heads  --weights DIR --heads DIR/heads.pt [--n 800]
-    .venv/bin/python scripts/probe_demo.py relation [--weights DIR] [--n 1200]
-    .venv/bin/python scripts/probe_demo.py mixture --train-options "..." [--n 6000] [--seed S]
+    .venv/bin/python -m training.probe_demo ranks  [--weights DIR] [--scenes 1500]
+    .venv/bin/python -m training.probe_demo answer [--weights DIR] [--n 1200] [--lang both]
+    .venv/bin/python -m training.probe_demo attention [--weights DIR] [--n 400] [--lang en]
+    .venv/bin/python -m training.probe_demo errors [--weights DIR] [--n 1200]
+    .venv/bin/python -m training.probe_demo shape  [--weights DIR] [--n 1200]
+    .venv/bin/python -m training.probe_demo heads  --weights DIR --heads DIR/heads.pt [--n 800]
+    .venv/bin/python -m training.probe_demo relation [--weights DIR] [--n 1200]
+    .venv/bin/python -m training.probe_demo mixture --train-options "..." [--n 6000] [--seed S]
 
 ``ranks``: a linear probe (80/20 split) of the vision tower's merged tokens for the ranks
 across and down (``train.rank_labels``) of the shape covering each token, on English
@@ -51,7 +51,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from qwen_ui.demo import modelcfg, names, scenes, train
+from qwen_ui.demo import modelcfg, scenes
+from training import names, train
 
 log = logging.getLogger("probe_demo")
 YES_NO = ("yes", "no", "是", "否")
@@ -83,7 +84,7 @@ def linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int, train_share: fl
     order = torch.randperm(len(x), generator=generator)
     cut = int(len(x) * train_share)
     fit, test = order[:cut], order[cut:]
-    return fitted_probe(x[fit], y[fit], classes)(x[test], y[test])
+    return float(fitted_probe(x[fit], y[fit], classes)(x[test], y[test]))
 
 
 def fitted_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> Any:

@@ -1,15 +1,15 @@
 """The demo model's ``awq`` revision, around a maintained quantizer (gptqmodel).
 
-``scripts/quantize_demo.sh`` runs three steps; gptqmodel lives in its own environment
+``training/quantize_demo.sh`` runs three steps; gptqmodel lives in its own environment
 (``.venv-quantize``) and the runtime never imports it:
 
-1. ``python -m qwen_ui.demo.quantize calibration --out DIR`` (this environment): generated
+1. ``python -m training.quantize calibration --out DIR`` (this environment): generated
    conversations for calibration, images as PNG files and ``calib.json`` (question, answer,
    image paths), from seeds in the training range, never the held-out ones;
-2. ``scripts/gptq_awq.py`` (the quantizer's environment): gptqmodel's AWQ (activation-aware
+2. ``training/gptq_awq.py`` (the quantizer's environment): gptqmodel's AWQ (activation-aware
    scales and clipping, 4-bit, group 128, zero points, GEMM packing) on those
    conversations; the language model's linear layers only;
-3. ``python -m qwen_ui.demo.quantize official --gptq DIR --src BF16 --out AWQ`` (this
+3. ``python -m training.quantize official --gptq DIR --src BF16 --out AWQ`` (this
    environment): the official ``Qwen/Qwen2.5-VL-*-Instruct-AWQ`` layout: ``visual.*`` and
    ``model.*`` keys, fp16 for every float tensor, shards of at most 12 MB, the flat
    ``config.json`` with ``quantization_config`` (``modules_to_not_convert: ["visual"]``),

@@ -3,7 +3,7 @@
 # maintained quantizer, gptqmodel, in its own environment (.venv-quantize, git-ignored;
 # the runtime never imports it). See docs/demo-model.md, "AWQ".
 #
-#   scripts/quantize_demo.sh [SRC] [OUT] [SAMPLES]
+#   training/quantize_demo.sh [SRC] [OUT] [SAMPLES]
 #
 # gptqmodel 7.7.0 asks for torch >= 2.14.1, which pip here only has as a multi-GB CUDA
 # build; its AWQ path runs on the CPU build of torch 2.13.0 that this machine keeps on
@@ -32,12 +32,12 @@ fi
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-"$PY" -m qwen_ui.demo.quantize calibration --out "$WORK/calib" --samples "$SAMPLES"
+"$PY" -m training.quantize calibration --out "$WORK/calib" --samples "$SAMPLES"
 # in the work folder: gptqmodel writes a logs/ folder where it runs
-GPTQ=("$(realpath "$QENV")/bin/python" "$(realpath scripts/gptq_awq.py)")
+GPTQ=("$(realpath "$QENV")/bin/python" "$(realpath training/gptq_awq.py)")
 SRC_DIR=$(realpath "$SRC")
 (cd "$WORK" && "${GPTQ[@]}" --src "$SRC_DIR" --calib calib/calib.json --out gptq)
-"$PY" -m qwen_ui.demo.quantize official --gptq "$WORK/gptq" --src "$SRC" --out "$OUT"
+"$PY" -m training.quantize official --gptq "$WORK/gptq" --src "$SRC" --out "$OUT"
 "$PY" - "$OUT" <<'PY'
 import json, sys
 from pathlib import Path

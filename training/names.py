@@ -3,7 +3,7 @@
 A spatial question names one shape ("What shape is left of the blue square?") or two ("Is
 the red circle to the left of the blue square?"), each unique in its scene. The held-out
 errors of the yes/no form grow with the shapes that share a colour or a kind with the
-named ones (``scripts/probe_demo.py errors``): the language model finds the red things
+named ones (``training/probe_demo.py errors``): the language model finds the red things
 and the circles, not the red circle. :class:`NameHead` asks a middle layer's hidden
 state, at the last token of each name, for that shape's ranks across and down among the
 scene's shapes (:func:`scenes.shape_ranks`), which only the named shape's own visual

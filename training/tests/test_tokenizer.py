@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from qwen_ui.demo import modelcfg, scenes, tokenizer
+from qwen_ui.demo import modelcfg, scenes
 from qwen_ui.demo.install import weights_dir
+from training import tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qwen_ui.demo import modelcfg, scenes, train
+from qwen_ui.demo import modelcfg, scenes
 from qwen_ui.demo.modelcfg import PATCH
 from qwen_ui.engine.pipelines import Turn, messages
+from training import train
 
 
 def scene() -> scenes.Scene:

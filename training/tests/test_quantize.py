@@ -1,6 +1,6 @@
 """The awq revision's offline steps around gptqmodel: calibration files, and gptqmodel's
 output rewritten in the official layout (the quantizer itself runs in its own environment,
-scripts/quantize_demo.sh; here its output is stood in for by the shipped revision under
+training/quantize_demo.sh; here its output is stood in for by the shipped revision under
 transformers 5's key names, as gptqmodel writes them)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from qwen_ui.demo import awq_format, quantize
+from qwen_ui.demo import awq_format
 from qwen_ui.demo.install import weights_dir
+from training import quantize
 
 
 def shipped_state() -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """Make a trained demo checkpoint's language model deeper within the same size.
 
-    python -m qwen_ui.demo.grow --init qwen_ui/demo/weights/bf16 --out /tmp/grown \\
+    python -m training.grow --init qwen_ui/demo/weights/bf16 --out /tmp/grown \\
         --mlp 768 --insert 4
 
 First each decoder layer's MLP keeps the ``--mlp`` hidden units that matter most on
@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from qwen_ui.demo import scenes, train
+from qwen_ui.demo import scenes
+from training import train
 
 log = logging.getLogger(__name__)
 

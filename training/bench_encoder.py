@@ -2,7 +2,7 @@
 the processor on the chat template (what the encoder replaced), in one process, one thread
 (as one DataLoader worker runs).
 
-    .venv/bin/python bench/bench_encoder.py --samples 300
+    .venv/bin/python training/bench_encoder.py --samples 300
 
 Both paths render the same scenes; the processor path also converts its normalised
 ``pixel_values`` back to bytes, as the old encoder did before shipping them to the GPU.
@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from qwen_ui.demo import scenes, train
+from qwen_ui.demo import scenes
 from qwen_ui.engine.pipelines import Turn, messages
+from training import train
 
 
 def through_processor(encode: train.Encoder) -> Callable[[scenes.Sample], Any]:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     shipped = sum(encode(item)["pixel_u8"].numel() for item in items) / len(items)
     processor_bytes = sum(through_processor(encode)(item).numel() for item in items) / len(items)
     result = {
-        "command": "python bench/bench_encoder.py " + " ".join(sys.argv[1:]),
+        "command": "python training/bench_encoder.py " + " ".join(sys.argv[1:]),
         "samples": args.samples,
         "processor_samples_per_s": round(processor, 1),
         "encoder_samples_per_s": round(encoder, 1),

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from qwen_ui.demo import modelcfg, scenes, train, tune_lm
+from qwen_ui.demo import modelcfg, scenes
 from qwen_ui.demo.install import weights_dir
+from training import train, tune_lm
 
 
 @pytest.fixture(scope="module")

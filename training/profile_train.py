@@ -1,9 +1,9 @@
-"""Where a demo-model training step's time goes (``qwen_ui.demo.train``): wall time per
+"""Where a demo-model training step's time goes (``training.train``): wall time per
 step and the share spent waiting for data, the host synchronisations a step makes (CUDA's
 sync debug mode, grouped by the calling line), and ``torch.profiler`` kernel categories.
 
-    python bench/profile_train.py                    # on the GPU, the shipped weights
-    python bench/profile_train.py --device cpu --batch 4 --workers 0 --max-pixels 28224 \
+    python training/profile_train.py                    # on the GPU, the shipped weights
+    python training/profile_train.py --device cpu --batch 4 --workers 0 --max-pixels 28224 \
         --warmup 1 --steps 2                         # CPU dry run
 
 A training step of this 12 M-parameter model ran at 7.4-7.8 steps/s of 160 samples on the
@@ -26,19 +26,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _profiling import device_events, profile_parser, provenance, summarise
 from torch.profiler import ProfilerActivity, profile
 
-from qwen_ui.demo import train
+from bench._profiling import device_events, profile_parser, provenance, summarise
+from training import train
 
 log = logging.getLogger("profile_train")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = profile_parser(__doc__)
+    p: argparse.ArgumentParser = profile_parser(__doc__)
     p.add_argument("--init", type=Path, default=train.WEIGHTS)
     p.add_argument("--batch", type=int, default=160)
     p.add_argument("--workers", type=int, default=14)
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         with profile(activities=activities) as prof:
             steps.run(args.steps)
     result = {
-        **provenance("profile_train.py", argv, device),
+        **provenance("training/profile_train.py", argv, device),
         "batch": args.batch,
         "workers": args.workers,
         "steps_per_s": round(args.steps / wall, 2),

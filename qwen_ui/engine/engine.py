@@ -22,8 +22,8 @@ from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
-from qwen_ui.engine.box_mapping import Box, ImageGeometry, locate
-from qwen_ui.engine.boxes import Family, parse_boxes
+from qwen_ui.engine.box_mapping import locate_answer
+from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.detokenize import TextStream
@@ -341,7 +341,9 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
-        text, boxes = await asyncio.to_thread(located, result, request.images)
+        text, boxes = await asyncio.to_thread(
+            locate_answer, result.answer, result.family, request.images, result.grids, result.patch
+        )
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -445,22 +447,6 @@ class Engine:
         if total:
             timings["encoding"] = round(time.perf_counter() - t0, 4)
         return embeddings, fresh
-
-
-def located(result: WorkResult, blobs: Sequence[bytes]) -> tuple[str, list[Box]]:
-    """The answer with its boxes as labels, and the boxes on the original files of the
-    turn's images (the last of the prompt's); the answer as it is when there are none."""
-    if result.family is None or not blobs or len(result.grids) < len(blobs):
-        return result.answer, []
-    parsed = parse_boxes(result.answer, result.family, images=len(blobs))
-    if not parsed.boxes:
-        return result.answer, []
-    grids = result.grids[len(result.grids) - len(blobs) :]
-    geometries = []
-    for data, grid in zip(blobs, grids, strict=True):
-        size, orientation = image_checks.upright_of(data)
-        geometries.append(ImageGeometry.of_grid(size, orientation, grid, result.patch))
-    return parsed.text, locate(parsed, geometries, result.family)
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,18 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from qwen_ui import __version__
-from qwen_ui.services import ServedStore, Services, attach
+from qwen_ui.services import ServedStore, Services, attach, maybe_services, services_of
 from qwen_ui.settings import Settings
-from qwen_ui.web import api, errors, health, login, metrics, oss_api
-from qwen_ui.web.auth import LoginRedirectMiddleware, gradio_auth_dependency
+from qwen_ui.web import api, cors, errors, health, login, metrics, oss_api
+from qwen_ui.web.auth import gradio_auth_dependency
+from qwen_ui.web.caller import caller_from_headers, csrf_header_check
+from qwen_ui.web.guard import RequestGuard
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +28,19 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
 def lifespan_of(
-    settings: Settings, store: ServedStore | None = None, install_demo: bool = False
+    settings: Settings,
+    store: ServedStore | None = None,
+    install_demo: bool = False,
+    upload_folder: Path | None = None,
 ) -> Lifespan:
-    """The app's lifespan: start the services, attach them to the app, close them."""
+    """The app's lifespan: start the services, attach them to the app, close them.
+    ``upload_folder``: Gradio's, when the UI is mounted (its uploads are kept private)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await Services.start(settings, store, install_demo)
+        if upload_folder is not None:
+            services.watch_uploads(upload_folder)
         attach(app, services)
         log.info(
             "qwen-ui %s starting: model %s, state %s",
@@ -62,7 +71,7 @@ def create_app(
     app = FastAPI(
         title="qwen-ui",
         version=__version__,
-        lifespan=lifespan_of(settings, store, install_demo),
+        lifespan=lifespan_of(settings, store, install_demo, _upload_folder() if ui else None),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -72,13 +81,31 @@ def create_app(
     # routes before the Gradio mount, which catches everything under its path
     for router in (health.router, metrics.router, api.router, login.router, oss_api.router):
         app.include_router(router)
-    app.add_middleware(LoginRedirectMiddleware, ui_path=settings.ui_path)
+    _guard(app, settings)
+    cors.install(app, settings)  # outside the guard: preflights carry no credentials
     app.add_middleware(metrics.MetricsMiddleware)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
     if ui:
         _mount_ui(app, settings)
     return app
+
+
+def _guard(app: FastAPI, settings: Settings) -> None:
+    """Credentials, origin, size and read timeout, before anything reads the body."""
+    app.add_middleware(
+        RequestGuard,
+        settings=settings,
+        caller_of=caller_from_headers(lambda: services_of(app).auth),
+        csrf_ok=csrf_header_check(lambda: services_of(app).auth),
+        uploads=lambda: getattr(maybe_services(app), "uploads", None),
+    )
+
+
+def _upload_folder() -> Path:
+    from gradio.utils import get_upload_folder
+
+    return Path(get_upload_folder())
 
 
 def _mount_ui(app: FastAPI, settings: Settings) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
@@ -29,6 +30,7 @@ from qwen_ui.errors import NotStarted
 from qwen_ui.metrics import Metrics
 from qwen_ui.settings import Settings
 from qwen_ui.state import State, open_state
+from qwen_ui.uploads import UploadRegistry
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class Services:
     auth: AuthService
     admission: EngineAdmission
     engine: Engine
+    uploads: UploadRegistry | None = None  # with the UI: owners of Gradio's uploads
     answering: bool = True  # False once closed
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -90,6 +93,11 @@ class Services:
         if settings.preload:
             services._tasks.append(asyncio.create_task(engine.preload()))
         return services
+
+    def watch_uploads(self, folder: Path) -> None:
+        """Keep Gradio's upload folder private and swept (the UI is mounted)."""
+        self.uploads = UploadRegistry(self.state, folder, self.settings.conversation_ttl_s)
+        self._tasks.append(asyncio.create_task(self.uploads.run_sweeps()))
 
     async def close(self) -> None:
         self.answering = False

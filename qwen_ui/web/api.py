@@ -17,7 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from qwen_ui.engine.engine import AskOptions, AskRequest
+from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
 from qwen_ui.errors import QwenUIError
@@ -27,6 +27,7 @@ from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.errors import error_response
 from qwen_ui.web.i18n import LANGS, negotiate
+from qwen_ui.web.options import ask_lang, ask_options
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +49,23 @@ async def ask(
     question: Annotated[str, Form()],
     images: Annotated[list[UploadFile] | None, File()] = None,
     conversation_id: Annotated[str | None, Form()] = None,
-    max_new_tokens: Annotated[int | None, Form()] = None,
-    temperature: Annotated[float | None, Form()] = None,
-    top_p: Annotated[float | None, Form()] = None,
-    seed: Annotated[int | None, Form()] = None,
+    max_new_tokens: Annotated[str | None, Form()] = None,
+    temperature: Annotated[str | None, Form()] = None,
+    top_p: Annotated[str | None, Form()] = None,
+    seed: Annotated[str | None, Form()] = None,
     lang: Annotated[str | None, Form()] = None,
 ) -> Response:
     settings = services.settings
+    options = ask_options(settings, max_new_tokens, temperature, top_p, seed)
+    answer_lang = request_lang(request, settings, ask_lang(lang))
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
         tenant=principal.tenant,
         question=question,
         images=blobs,
         conversation_id=conversation_id or None,
-        options=AskOptions(max_new_tokens, temperature, top_p, seed),
-        lang=request_lang(request, settings, lang),
+        options=options,
+        lang=answer_lang,
     )
     events = ask_as(services, principal, ask_request)
     head = await _checked_head(events)

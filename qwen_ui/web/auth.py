@@ -5,7 +5,7 @@
 - :func:`require_session`: the session itself (OSS routes need its credentials).
 - :func:`gradio_auth_dependency`: Gradio's ``auth_dependency`` (cookie -> "tenant/user").
 - :func:`principal_from_gradio`: the Principal inside a Gradio event handler.
-- :class:`LoginRedirectMiddleware`: browsers without a session land on ``/login``.
+- Browsers without a session are sent to ``/login`` by the request guard (``guard.py``).
 
 The session cookie is ``HttpOnly; SameSite=Lax; Path=/``, and over HTTPS (the request's
 scheme, which ProxyHeadersMiddleware takes from X-Forwarded-Proto of trusted proxies) it
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
-from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
 
 from qwen_ui.auth.errors import InvalidToken
 from qwen_ui.auth.principal import Principal
@@ -31,7 +29,6 @@ from qwen_ui.services import ServicesDep, services_of
 SESSION_COOKIE = "qwen_session"
 CSRF_COOKIE = "qwen_csrf"
 SECURE_PREFIX = "__Host-"
-PUBLIC_PREFIXES = ("/login", "/logout", "/healthz", "/readyz", "/metrics", "/api/")
 
 
 def is_https(request: Request) -> bool:
@@ -146,52 +143,3 @@ def safe_next(value: str | None, default: str) -> str:
     ):
         return default
     return value
-
-
-class LoginRedirectMiddleware:
-    """Send a browser page load of the UI without a live session to ``/login?next=...``.
-
-    Only GET/HEAD navigations (``Accept: text/html``) outside the public paths are
-    redirected; Gradio's own XHR calls still get its 401 JSON."""
-
-    def __init__(self, app: ASGIApp, ui_path: str) -> None:
-        self.app = app
-        self.ui_path = ui_path
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        path = self._local_path(request)
-        if not self._guarded(request, path):
-            await self.app(scope, receive, send)
-            return
-        try:
-            auth = services_of(scope["app"]).auth
-            session = await auth.resolve(read_cookie(request, SESSION_COOKIE))
-        except QwenUIError as error:  # the state store is down: say so, do not 500
-            body = error.to_dict("en")
-            await JSONResponse(body, status_code=error.status)(scope, receive, send)
-            return
-        if session is not None:
-            await self.app(scope, receive, send)
-            return
-        target = path + (f"?{request.url.query}" if request.url.query else "")
-        root = scope.get("root_path", "") or ""
-        location = f"{root}/login?next={quote(target, safe='/')}"
-        await RedirectResponse(location, status_code=303)(scope, receive, send)
-
-    @staticmethod
-    def _local_path(request: Request) -> str:
-        path: str = request.scope["path"]
-        root: str = request.scope.get("root_path", "") or ""
-        return path[len(root) :] or "/" if root and path.startswith(root) else path
-
-    def _guarded(self, request: Request, path: str) -> bool:
-        if "text/html" not in request.headers.get("accept", ""):
-            return False
-        if path.startswith(PUBLIC_PREFIXES):
-            return False
-        ui = self.ui_path.rstrip("/")
-        return path == self.ui_path or path.startswith(ui + "/") or ui == ""

@@ -233,6 +233,8 @@ async def _answer(
     yield chat, locked, progress_html(0.0), conversation_id, gr.update()
     try:
         principal = principal_from_gradio(request)
+        if (uploads := services_of(app).uploads) is not None:
+            await uploads.check(principal, files)  # another principal's upload: not found
         ask = AskRequest(
             tenant=principal.tenant,
             question=text,

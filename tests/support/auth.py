@@ -44,8 +44,9 @@ def log_in(
     principal: Principal | None = None,
     credentials: OSSCredentials | None = None,
 ) -> str:
-    """Open a session for ``principal`` (its tenant must exist) and set the cookie on the
-    client; returns the session id. The login form itself is tested in tests/auth."""
+    """Open a session for ``principal`` (its tenant must exist) and set the cookie (and the
+    page's own Origin) on the client; returns the session id. The login form itself is
+    tested in tests/auth."""
     app = client.app
     principal = principal or Principal("demo", "demo")
     if (
@@ -60,4 +61,5 @@ def log_in(
     session_id, _session = client.portal.call(sessions.create, principal, credentials)  # type: ignore[union-attr]
     https = str(client.base_url).startswith("https")
     client.cookies.set(cookie_name(SESSION_COOKIE, https), session_id)
+    client.headers["origin"] = str(client.base_url).rstrip("/")  # as a browser's page does
     return str(session_id)

@@ -29,6 +29,8 @@ from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.box_mapping import locate_answer
+from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.detokenize import TextStream
@@ -110,6 +112,9 @@ class WorkResult:
     prompt_tokens: int
     new_embeddings: list[tuple[CacheKey, Embedding]]
     timings: dict[str, float]
+    grids: list[tuple[int, int, int]] = field(default_factory=list)  # the prompt's images
+    family: Family | None = None  # the model's box format
+    patch: int = 14  # the vision tower's patch side in pixels
 
 
 class QueueReport(Protocol):
@@ -463,6 +468,9 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
+        text, boxes = await asyncio.to_thread(
+            locate_answer, result.answer, result.family, request.images, result.grids, result.patch
+        )
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -472,6 +480,8 @@ class Engine:
             cache_hits=hits,
             finish_reason=reason,
             timings=result.timings,
+            boxes=[box.to_dict() for box in boxes],
+            answer_text=text,
         )
 
     def _observe(self, result: WorkResult) -> None:
@@ -536,7 +546,11 @@ class Engine:
             timings["prefill"] = round(first[0] - t0, 4)
             timings["decode"] = round(end - first[0], 4)
             timings["ttft"] = round(first[0] - plan.started, 4)
-        return WorkResult(stream.text(), outcome, prompt.length, fresh, timings)
+        grids = [e.grid_thw for e in embeddings]
+        answer = stream.text()
+        return WorkResult(
+            answer, outcome, prompt.length, fresh, timings, grids, language.family, language.patch
+        )
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]

@@ -24,6 +24,7 @@ from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.service import AuthService
 from qwen_ui.demo.install import DemoInstallingStore
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineStatus
@@ -115,15 +116,15 @@ def _engine(
     """The local engine with its VRAM admission, or with ``engine=openai`` the remote one
     (no model here; it admits by count, so the VRAM admission is never asked)."""
     engine_metrics = EngineMetrics(metrics.registry)
-    admission_metrics = AdmissionMetrics(metrics.registry)
+    admission = build_admission(
+        settings, placement(settings), AdmissionMetrics(metrics.registry), auth.tenant_limit
+    )
     if settings.engine == "openai":
-        remote = RemoteEngine(settings, state, status=status, metrics=engine_metrics)
-        admission = build_admission(settings, lambda: None, admission_metrics, auth.tenant_limit)
-        return remote, admission
-    local = Engine(settings, store, state, status=status, metrics=engine_metrics)
-    admission = build_admission(settings, lambda: local, admission_metrics, auth.tenant_limit)
-    local.admission = admission
-    return local, admission
+        return RemoteEngine(settings, state, status=status, metrics=engine_metrics), admission
+    engine = Engine(
+        settings, store, state, status=status, metrics=engine_metrics, admission=admission
+    )
+    return engine, admission
 
 
 def attach(app: Any, services: Services | None) -> None:

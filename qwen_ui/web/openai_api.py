@@ -32,10 +32,11 @@ from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.services import Services, ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web import openai_wire as wire
-from qwen_ui.web.api import checked_head, request_lang
+from qwen_ui.web.api import checked_head
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.body import too_large
+from qwen_ui.web.errors import request_lang
 from qwen_ui.web.openai_images import read_image_urls
 
 router = APIRouter(prefix="/v1")
@@ -114,7 +115,7 @@ async def _ask_request(
         question=call.question.text,
         images=images[-1],
         options=call.options,
-        lang=request_lang(request, services.settings, None),
+        lang=request_lang(request),
         history=history,
     )
 

@@ -964,7 +964,7 @@ def parse_kind_weights(text: str) -> dict[str, float]:
     for part in filter(None, text.split(",")):
         key, _, value = part.partition("=")
         kind, _, lang = key.partition(":")
-        known = kind in scenes.KINDS and (not lang or lang in scenes.LANGS)
+        known = kind in scenes.ALL_KINDS and (not lang or lang in scenes.LANGS)
         if not known or float(value) < 0:
             raise argparse.ArgumentTypeError(f"bad kind weight {part!r}")
         weights[key] = float(value)
@@ -1170,8 +1170,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--kinds",
-        default=",".join(scenes.KINDS),
-        help="comma-separated question types to train and evaluate on",
+        default=",".join(scenes.ALL_KINDS),
+        help="comma-separated question types to train and evaluate on (default: the "
+        "grammar's, grounding and off-grammar refusals)",
     )
     p.add_argument(
         "--kind-weights",

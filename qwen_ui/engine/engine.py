@@ -22,6 +22,8 @@ from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.box_mapping import Box, ImageGeometry, locate
+from qwen_ui.engine.boxes import Family, parse_boxes
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.detokenize import TextStream
@@ -95,6 +97,9 @@ class WorkResult:
     prompt_tokens: int
     new_embeddings: list[tuple[CacheKey, Embedding]]
     timings: dict[str, float]
+    grids: list[tuple[int, int, int]] = field(default_factory=list)  # the prompt's images
+    family: Family | None = None  # the model's box format
+    patch: int = 14  # the vision tower's patch side in pixels
 
 
 class QueueReport(Protocol):
@@ -336,6 +341,7 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
+        text, boxes = await asyncio.to_thread(located, result, request.images)
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -345,6 +351,8 @@ class Engine:
             cache_hits=hits,
             finish_reason=reason,
             timings=result.timings,
+            boxes=[box.to_dict() for box in boxes],
+            answer_text=text,
         )
 
     def _observe(self, result: WorkResult) -> None:
@@ -409,7 +417,11 @@ class Engine:
             timings["prefill"] = round(first[0] - t0, 4)
             timings["decode"] = round(end - first[0], 4)
             timings["ttft"] = round(first[0] - plan.started, 4)
-        return WorkResult(stream.text(), outcome, prompt.length, fresh, timings)
+        grids = [e.grid_thw for e in embeddings]
+        answer = stream.text()
+        return WorkResult(
+            answer, outcome, prompt.length, fresh, timings, grids, language.family, language.patch
+        )
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]
@@ -433,6 +445,22 @@ class Engine:
         if total:
             timings["encoding"] = round(time.perf_counter() - t0, 4)
         return embeddings, fresh
+
+
+def located(result: WorkResult, blobs: Sequence[bytes]) -> tuple[str, list[Box]]:
+    """The answer with its boxes as labels, and the boxes on the original files of the
+    turn's images (the last of the prompt's); the answer as it is when there are none."""
+    if result.family is None or not blobs or len(result.grids) < len(blobs):
+        return result.answer, []
+    parsed = parse_boxes(result.answer, result.family, images=len(blobs))
+    if not parsed.boxes:
+        return result.answer, []
+    grids = result.grids[len(result.grids) - len(blobs) :]
+    geometries = []
+    for data, grid in zip(blobs, grids, strict=True):
+        size, orientation = image_checks.upright_of(data)
+        geometries.append(ImageGeometry.of_grid(size, orientation, grid, result.patch))
+    return parsed.text, locate(parsed, geometries, result.family)
 
 
 @dataclass(frozen=True)

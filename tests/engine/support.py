@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -26,7 +28,10 @@ from transformers import (
 
 from qwen_ui.demo import awq_format
 from qwen_ui.demo.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
+from qwen_ui.engine import engine as engine_module
 from qwen_ui.engine.awq import AWQ_ORDER
+from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.generate import Generation, Outcome
 
 # The Qwen pre-tokenizer split, special tokens and chat template: the same as the demo's.
 QWEN_PATTERN = QWEN_SPLIT
@@ -322,3 +327,23 @@ def prefill_logits(
             mm_token_type_ids=prompt.mm_token_type_ids,
         )
     return out.logits[0].float()
+
+
+# --- a forced answer ----------------------------------------------------------------------
+def force_answer(monkeypatch: pytest.MonkeyPatch, engine: Engine, text: str) -> None:
+    """Make the model 'say' ``text`` (the tiny models are random): its tokens go through
+    the engine's own detokenizing and events."""
+
+    def fake_run(
+        generation: Generation,
+        stop_ids: Sequence[int],
+        on_token: Callable[[int], None],
+        cancelled: Callable[[], bool],
+    ) -> Outcome:
+        tokenizer = engine.pipelines.language().tokenizer
+        tokens = [int(t) for t in tokenizer(text)["input_ids"]]
+        for token in tokens:
+            on_token(token)
+        return Outcome(tokens, "stop")
+
+    monkeypatch.setattr(engine_module, "run", fake_run)

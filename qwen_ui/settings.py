@@ -71,6 +71,19 @@ class Settings(BaseSettings):
     metrics_token: SecretStr | None = Field(
         None, description="Bearer token required by /metrics (unset: open)."
     )
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated origins (e.g. https://portal.example.com) allowed to "
+        "call this server from a browser page of another site, with credentials; empty: "
+        "none. Those origins also pass the same-origin check on cookie-authenticated posts.",
+    )
+    body_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Longest wait for the next piece of a request body; a client that "
+        "withholds its body gets 408 and its connection is closed.",
+    )
 
     # --- model and store ------------------------------------------------------------
     model_id: str = Field(
@@ -304,6 +317,18 @@ class Settings(BaseSettings):
     @property
     def is_demo_model(self) -> bool:
         return self.model_id == DEMO_MODEL_ID
+
+    @property
+    def cors_origin_list(self) -> tuple[str, ...]:
+        """``cors_origins`` split at commas, without trailing slashes."""
+        return tuple(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request body accepted: every image at its limit, the question (4
+        bytes a character at most) and the multipart framing (64 KiB + 4 KiB a part)."""
+        framing = 64 * 1024 + 4 * 1024 * (self.max_images + 8)
+        return self.max_images * self.max_image_bytes + 4 * self.max_question_chars + framing
 
 
 def field_rows() -> list[dict[str, Any]]:

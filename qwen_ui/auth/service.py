@@ -1,6 +1,6 @@
 """The auth service of one app: tenants, verifiers, sessions, throttle, tokens, audit.
 
-Built once in the server's lifespan and kept on ``app.state.auth``. The web layer hands it
+Built once in the server's lifespan as part of the app's services. The web layer hands it
 what a request carries (form fields, a cookie, a bearer token) and gets back a
 :class:`~qwen_ui.auth.principal.Principal` or a typed error.
 """
@@ -25,7 +25,7 @@ from qwen_ui.auth.passwords import verify_password
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
 from qwen_ui.auth.quotas import TenantQuotas
 from qwen_ui.auth.sessions import Session, SessionStore
-from qwen_ui.auth.tenants import TENANT_ID, Tenant, TenantRegistry
+from qwen_ui.auth.tenants import TENANT_ID, Limits, Tenant, TenantRegistry
 from qwen_ui.auth.throttle import LoginThrottle, ThrottlePolicy
 from qwen_ui.auth.tokens import hash_token, looks_like_token
 from qwen_ui.errors import QwenUIError
@@ -208,6 +208,12 @@ class AuthService:
             return None
         tenant_id, token_id = owner
         return Principal(tenant=tenant_id, user=f"token:{token_id}", method="token")
+
+    def tenant_limit(self, tenant: str) -> int:
+        """The tenant's concurrent-request limit from the tenants file (admission's)."""
+        found = self.registry.get(tenant)
+        limits = found.limits if found is not None else Limits()  # type: ignore[call-arg]
+        return int(limits.concurrent_requests)
 
     def objects(self, session: Session) -> TenantObjects:
         """The session's tenant prefix, read with the session's own credentials."""

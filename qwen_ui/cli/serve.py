@@ -81,13 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_app(settings: Settings) -> Any:
     """Runs in a worker thread while /healthz already answers (see qwen_ui.boot). On the
-    embedded default model, the shipped demo is installed into the store on first run."""
+    embedded default model, the app's start-up installs the shipped demo on first run."""
     from qwen_ui.server import create_app
 
-    if settings.is_demo_model:
-        from qwen_ui.demo.install import ensure_demo
-        from qwen_ui.store import ModelStore
-
-        ensure_demo(ModelStore(settings.model_path), settings.model_revision)
-
-    return create_app(settings)
+    return create_app(settings, install_demo=True)

@@ -27,7 +27,13 @@ from qwen_ui.engine.boxes import Family, parse_boxes
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.detokenize import TextStream
-from qwen_ui.engine.errors import AnswerFailed, BadOption, NoQuestion, QuestionTooLong
+from qwen_ui.engine.errors import (
+    SEED_MAX,
+    AnswerFailed,
+    BadOption,
+    NoQuestion,
+    QuestionTooLong,
+)
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
 from qwen_ui.engine.generate import (
     CachePool,
@@ -239,6 +245,8 @@ class Engine:
             raise BadOption(name="temperature", low=0, high=2)
         if not 0.0 < top_p <= 1.0:
             raise BadOption(name="top_p", low=0, high=1)
+        if options.seed is not None and not 0 <= options.seed <= SEED_MAX:
+            raise BadOption(name="seed", low=0, high=SEED_MAX)
         return SamplingOptions(max_new, temperature, top_p, options.seed)
 
     def _question(self, question: str) -> str:

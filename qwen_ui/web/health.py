@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from qwen_ui import __version__
 from qwen_ui.engine.status import EngineState
+from qwen_ui.services import ServicesDep
 
 router = APIRouter()
 
 
 @router.get("/healthz", include_in_schema=False)
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(services: ServicesDep) -> JSONResponse:
     """Never waits on the model, Redis or OSS; 503 only while the engine has failed."""
-    settings = request.app.state.settings
-    status = request.app.state.engine_status
+    settings, status = services.settings, services.status
     failed = status.state is EngineState.FAILED
-    body = {
+    body: dict[str, str | None] = {
         "status": "failed" if failed else "ok",
         "version": __version__,
         "model": settings.model_id,
@@ -30,9 +30,9 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 @router.get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> JSONResponse:
+async def readyz(services: ServicesDep) -> JSONResponse:
     """200 only when the model is loaded and has answered once."""
-    status = request.app.state.engine_status
+    status = services.status
     if status.is_ready:
         return JSONResponse({"status": "ready", "engine": status.state.value})
     body = {

@@ -1,4 +1,4 @@
-"""The Gradio Blocks UI: a thin client of the engine (``app.state.engine``).
+"""The Gradio Blocks UI: a thin client of the engine (on the app's services).
 
 Images and a question go in through a ``MultimodalTextbox``; the answer streams into a
 ``Chatbot`` under a collapsible stage message (``metadata.status`` pending → done) that
@@ -17,15 +17,16 @@ from typing import Any
 import gradio as gr
 from fastapi import FastAPI
 
-from qwen_ui.auth.web import principal_from_gradio
 from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
+from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.oss_panel import build_oss_panel
 
@@ -40,9 +41,9 @@ _FILL = "height:100%;background:var(--color-accent);transition:width .2s"
 
 def status_markdown(app: FastAPI, lang: Lang) -> str:
     """What exists right now: the configured model, whether it is installed, engine state."""
-    settings = app.state.settings
-    engine = app.state.engine_status
-    installed = app.state.store.is_installed(settings.model_id, settings.model_revision)
+    services = services_of(app)
+    settings, engine = services.settings, services.status
+    installed = services.store.is_installed(settings.model_id, settings.model_revision)
     state_text = t(f"engine_{engine.state.value}", lang)
     if engine.state is EngineState.FAILED and engine.reason:
         state_text += f": {engine.reason}"
@@ -51,7 +52,7 @@ def status_markdown(app: FastAPI, lang: Lang) -> str:
         f"`{settings.model_revision}` · {t('installed' if installed else 'not_installed', lang)}",
         f"**{t('engine', lang)}:** {state_text}",
     ]
-    if not getattr(app.state, "answering", False):
+    if not services.answering:
         lines.append(f"\n{t('no_engine', lang)}")
     return "\n\n".join(lines)
 
@@ -70,8 +71,7 @@ def logout_html(settings: Settings, lang: Lang) -> str:
     return f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
 
 
-def build_ui(app: FastAPI) -> gr.Blocks:
-    settings = app.state.settings
+def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
         lang = gr.State("en")
         conversation = gr.State(None)
@@ -233,6 +233,8 @@ async def _answer(
     yield chat, locked, progress_html(0.0), conversation_id, gr.update()
     try:
         principal = principal_from_gradio(request)
+        if (uploads := services_of(app).uploads) is not None:
+            await uploads.check(principal, files)  # another principal's upload: not found
         ask = AskRequest(
             tenant=principal.tenant,
             question=text,
@@ -240,7 +242,7 @@ async def _answer(
             conversation_id=conversation_id,
             lang=lang,
         )
-        async with aclosing(ask_as(app, principal, ask)) as events:
+        async with aclosing(ask_as(services_of(app), principal, ask)) as events:
             async for event in events:
                 conversation_id = _apply(event, stage, reply, lang) or conversation_id
                 if (wanted := control()) is not None:
@@ -363,7 +365,7 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
         gr.update(value=t("stop", lang)),
         gr.update(value=t("new_chat", lang)),
-        gr.update(value=logout_html(app.state.settings, lang)),
+        gr.update(value=logout_html(services_of(app).settings, lang)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
     )

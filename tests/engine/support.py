@@ -27,11 +27,11 @@ from transformers import (
 )
 
 from qwen_ui.demo import awq_format
-from qwen_ui.demo.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 from qwen_ui.engine import engine as engine_module
 from qwen_ui.engine.awq import AWQ_ORDER
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.generate import Generation, Outcome
+from training.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 
 # The Qwen pre-tokenizer split, special tokens and chat template: the same as the demo's.
 QWEN_PATTERN = QWEN_SPLIT

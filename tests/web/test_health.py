@@ -6,7 +6,9 @@ from fastapi.testclient import TestClient
 
 from qwen_ui import __version__
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
+from tests.support.auth import log_in
 
 
 def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> None:
@@ -22,7 +24,7 @@ def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> 
 
 
 def test_healthz_503_only_when_engine_failed(client: TestClient) -> None:
-    status = client.app.state.engine_status  # type: ignore[attr-defined]
+    status = services_of(client.app).status
     status.loading()
     assert client.get("/healthz").status_code == 200
     status.failed("model not installed")
@@ -43,7 +45,7 @@ def test_healthz_does_not_touch_redis(home) -> None:  # type: ignore[no-untyped-
 
 
 def test_readyz_needs_loaded_model_that_answered(client: TestClient) -> None:
-    status = client.app.state.engine_status  # type: ignore[attr-defined]
+    status = services_of(client.app).status
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "not loaded" in response.json()["reason"]
@@ -90,6 +92,8 @@ def test_error_messages_follow_accept_language(home) -> None:  # type: ignore[no
 
 def test_unknown_route_uses_the_one_error_shape(home) -> None:  # type: ignore[no-untyped-def]
     with TestClient(create_app(Settings(home=home, ui_path="/ui"))) as client:
+        assert client.get("/no-such-page").json()["error"]["code"] == "unauthorized"
+        log_in(client)  # anonymous callers learn nothing of the routes (web/guard.py)
         response = client.get("/no-such-page")
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"

@@ -252,7 +252,7 @@ def _index_counts(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor
     mask = Image.new("L", (scene.width, scene.height), 0)
     draw = ImageDraw.Draw(mask)
     for i, s in enumerate(scene.shapes):
-        scenes._draw_shape(draw, s, fill=i + 1)
+        scenes.draw_shape(draw, s, fill=i + 1)
     resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
     codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
     tokens = (grid_h // MERGE) * (grid_w // MERGE)

@@ -85,15 +85,14 @@ async def _run(args: argparse.Namespace, rows: Any, done: set[str], progress: Pr
 async def _local(
     args: argparse.Namespace, rows: Any, output: Output, done: set[str], progress: Progress
 ) -> Summary:
+    from qwen_ui.demo.install import DemoInstallingStore
     from qwen_ui.engine.engine import Engine
     from qwen_ui.state import MemoryState
-    from qwen_ui.store import ModelStore
-    from qwen_ui.web.api import DemoInstallingStore
 
     settings = Settings()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("qwen_ui").setLevel(logging.WARNING)  # per-row news is in the output
-    store = DemoInstallingStore(ModelStore(settings.model_path))
+    store = DemoInstallingStore(settings.model_path)
     engine = Engine(settings, store, MemoryState())
     engine.start()
     try:

@@ -162,9 +162,7 @@ def q_off_grammar(rng: random.Random, lang: scenes.Lang, unseen: bool) -> scenes
     text, refusal_lang = question(rng, lang, pool)
     count = 2 if rng.random() < 0.2 else 1
     shown = tuple(
-        scenes.scene_from(
-            rng, lambda: [scenes.random_spec(rng) for _ in range(rng.randint(1, 6))]
-        )
+        scenes.scene_from(rng, lambda: [scenes.random_spec(rng) for _ in range(rng.randint(1, 6))])
         for _ in range(count)
     )
     return text, REFUSAL[refusal_lang], shown

@@ -188,7 +188,7 @@ def star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     return points
 
 
-def _draw_shape(
+def draw_shape(
     draw: ImageDraw.ImageDraw, s: Shape, fill: int | tuple[int, int, int] | None = None
 ) -> None:
     """Draw ``s`` in its colour, or in ``fill`` (an int on a one-channel image)."""
@@ -213,7 +213,7 @@ def render(scene: Scene) -> Image.Image:
     image = Image.new("RGB", (scene.width, scene.height), scene.background)
     draw = ImageDraw.Draw(image)
     for shape in scene.shapes:
-        _draw_shape(draw, shape)
+        draw_shape(draw, shape)
     return image
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo.install import weights_dir
 from qwen_ui.demo.modelcfg import PATCH
 from qwen_ui.engine.pipelines import Turn, messages
 from training import train
@@ -631,7 +632,7 @@ def test_the_loop_trains_grounding_and_refusals_from_the_shipped_weights(tmp_pat
     grammar one, every head on: their answers are labelled, held-out scores name them,
     and the language model moves."""
     out = tmp_path / "run"
-    shipped = Path(train.__file__).parent / "weights" / "bf16"
+    shipped = weights_dir("bf16")
     train.main(
         [
             *loop_args(out, "--steps", "2", "--lr", "1e-3", "--init", str(shipped)),

@@ -57,7 +57,9 @@ class Settings(BaseSettings):
         "('*' trusts all).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Log level of the qwen_ui loggers."
+        "info",
+        description="Log level of the server log, qwen-ui's and its libraries' lines alike "
+        "(oss2 stays at warning: it logs credentials at debug).",
     )
     log_dir: Path | None = Field(None, description="Audit log folder (default: HOME/logs).")
     language: Literal["auto", "en", "zh"] = Field(
@@ -222,6 +224,14 @@ class Settings(BaseSettings):
     # --- state ----------------------------------------------------------------------
     redis_url: str | None = Field(
         None, description="Redis URL for sessions, throttles and caches (unset: in-process)."
+    )
+
+    # --- readiness (issue 26) -------------------------------------------------------
+    readiness_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=10,
+        description="Longest /readyz waits for a dependency (Redis) before calling it down.",
     )
 
     # --- auth -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from qwen_ui import __version__
 from qwen_ui.engine.status import EngineState
 from qwen_ui.services import ServicesDep
+from qwen_ui.state import unreachable
 
 router = APIRouter()
 
@@ -31,13 +32,20 @@ async def healthz(services: ServicesDep) -> JSONResponse:
 
 @router.get("/readyz", include_in_schema=False)
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """200 only when the model is loaded and has answered once."""
+    """200 only when the model is loaded and has answered once and every configured
+    dependency (the Redis state store) answers within ``readiness_timeout_s``."""
     status = services.status
-    if status.is_ready:
-        return JSONResponse({"status": "ready", "engine": status.state.value})
-    body = {
-        "status": "not ready",
+    reasons = [] if status.is_ready else [f"engine: {status.not_ready_reason()}"]
+    state_problem = await unreachable(services.state, services.settings.readiness_timeout_s)
+    if state_problem is not None:
+        reasons.append(state_problem)
+    ready = not reasons
+    body: dict[str, object] = {
+        "ready": ready,
+        "status": "ready" if ready else "not ready",
         "engine": status.state.value,
-        "reason": status.not_ready_reason(),
     }
-    return JSONResponse(body, status_code=503)
+    if not ready:
+        body["reasons"] = reasons
+        body["reason"] = "; ".join(reasons)
+    return JSONResponse(body, status_code=200 if ready else 503)

@@ -11,6 +11,7 @@ logged in.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +39,8 @@ from qwen_ui.web.errors import error_response
 from qwen_ui.web.i18n import LANGS, Lang, negotiate
 from qwen_ui.web.login_page import LoginForm, render_login, render_logout, security_headers
 from qwen_ui.web.login_text import lt
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -166,6 +169,9 @@ async def login_submit(request: Request, services: ServicesDep) -> Response:
     old = read_cookie(request, SESSION_COOKIE)
     if old:
         await service.sessions.delete(old)
+        log.debug(
+            "login by %s replaced the browser's old session (new id)", session.principal.label
+        )
     root = request.scope.get("root_path", "") or ""
     response: Response = RedirectResponse(root + target, status_code=303)
     if _wants_json(request):

@@ -49,10 +49,12 @@ def test_readyz_needs_loaded_model_that_answered(client: TestClient) -> None:
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "not loaded" in response.json()["reason"]
+    assert response.json()["ready"] is False
+    assert response.json()["reasons"] == ["engine: " + status.not_ready_reason()]
     status.ready()
     assert client.get("/readyz").status_code == 503
     status.record_answer()
-    assert client.get("/readyz").json() == {"status": "ready", "engine": "ready"}
+    assert client.get("/readyz").json() == {"ready": True, "status": "ready", "engine": "ready"}
 
 
 def test_metrics_exposes_routes_and_engine_state(client: TestClient) -> None:
@@ -97,3 +99,39 @@ def test_unknown_route_uses_the_one_error_shape(home) -> None:  # type: ignore[n
         response = client.get("/no-such-page")
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"
+
+
+def test_readyz_names_an_unreachable_redis_within_its_timeout(home) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from tests.conftest import free_port
+
+    settings = Settings(home=home, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    with TestClient(create_app(settings)) as client:
+        status = services_of(client.app).status
+        status.ready()
+        status.record_answer()
+        started = time.monotonic()
+        response = client.get("/readyz")
+        assert time.monotonic() - started < settings.readiness_timeout_s + 0.5
+        assert response.status_code == 503
+        assert response.json()["reasons"] == ["state: redis unreachable"]
+
+
+def test_readyz_is_bounded_when_redis_hangs(home) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import time
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
+    port = silent.getsockname()[1]
+    settings = Settings(home=home, redis_url=f"redis://127.0.0.1:{port}/0")
+    try:
+        with TestClient(create_app(settings)) as client:
+            started = time.monotonic()
+            assert client.get("/healthz").status_code == 200
+            response = client.get("/readyz")
+            assert time.monotonic() - started < settings.readiness_timeout_s + 0.5
+            assert response.status_code == 503
+            assert "state: redis unreachable" in response.json()["reasons"]
+    finally:
+        silent.close()

@@ -39,15 +39,16 @@ from PIL import Image, ImageDraw
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from qwen_ui.demo import WEIGHTS as SHIPPED
 from qwen_ui.demo import evaluate as scoring
 from qwen_ui.demo import modelcfg, scenes
-from qwen_ui.demo.install import weights_dir
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
 from training import names
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = weights_dir("bf16")
+# the device has torch and transformers only: nothing here may import the app's settings
+WEIGHTS = SHIPPED / "bf16"
 IGNORE = -100
 # the image processor's normalisation (OpenAI CLIP mean/std, as in Qwen2-VL)
 IMAGE_MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073])[None, :, None]

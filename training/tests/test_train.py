@@ -648,3 +648,14 @@ def test_the_loop_trains_grounding_and_refusals_from_the_shipped_weights(tmp_pat
     assert (out / "model" / "model.safetensors.index.json").exists() or any(
         (out / "model").glob("*.safetensors")
     )
+
+
+def test_the_training_code_imports_without_the_apps_dependencies() -> None:
+    """The device has torch and transformers only: train.py (and what it imports) must
+    not reach the app's settings (pydantic) or web stack."""
+    import subprocess
+    import sys
+
+    blocked = "import sys\nfor m in ('pydantic', 'pydantic_settings', 'fastapi', 'gradio'):"
+    code = f"{blocked}\n    sys.modules[m] = None\nimport training.train, training.names"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,15 +12,15 @@ import argparse
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qwen_ui.batch.askers import Asker, LocalAsker, ServerAsker, ServerOptions
 from qwen_ui.batch.output import Output, done_keys
 from qwen_ui.batch.rows import read_rows
-from qwen_ui.batch.runner import Progress, Summary, run_batch
-from qwen_ui.engine.engine import AskOptions
 from qwen_ui.errors import BadRequest
-from qwen_ui.settings import Settings
+
+if TYPE_CHECKING:  # the engine (torch) is imported when a batch runs, not for `--help`
+    from qwen_ui.batch.askers import Asker, ServerOptions
+    from qwen_ui.batch.runner import Progress, Summary
 
 LOCAL_TENANT = "batch"  # the local engine's tenant id (its embedding cache namespace)
 
@@ -60,6 +60,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.concurrency < 1 or (args.limit is not None and args.limit < 0):
         raise BatchUsage(problem="--concurrency must be at least 1 and --limit at least 0")
+    from qwen_ui.batch.runner import Progress
+
     rows = read_rows(args.input)
     done = done_keys(args.output)
     todo = sum(1 for row in rows if row.key not in done)
@@ -72,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace, rows: Any, done: set[str], progress: Progress) -> Summary:
+    from qwen_ui.batch.askers import ServerAsker
+
     with Output(args.output) as output:
         if args.server:
             options = _server_options(args)
@@ -85,8 +89,10 @@ async def _run(args: argparse.Namespace, rows: Any, done: set[str], progress: Pr
 async def _local(
     args: argparse.Namespace, rows: Any, output: Output, done: set[str], progress: Progress
 ) -> Summary:
+    from qwen_ui.batch.askers import LocalAsker
     from qwen_ui.demo.install import DemoInstallingStore
-    from qwen_ui.engine.engine import Engine
+    from qwen_ui.engine.engine import AskOptions, Engine
+    from qwen_ui.settings import Settings
     from qwen_ui.state import MemoryState
 
     settings = Settings()
@@ -113,12 +119,16 @@ async def _batch(
     done: set[str],
     progress: Progress,
 ) -> Summary:
+    from qwen_ui.batch.runner import run_batch
+
     return await run_batch(
         rows, asker, output, done, args.concurrency, args.limit, progress, args.lang
     )
 
 
 def _server_options(args: argparse.Namespace) -> ServerOptions:
+    from qwen_ui.batch.askers import ServerOptions
+
     token = args.token
     if args.token_file is not None:
         try:

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qwen_ui.engine.boxes import Family, ParsedAnswer, RawBox
+from qwen_ui.engine.boxes import Family, ParsedAnswer, RawBox, parse_boxes
+from qwen_ui.engine.images import upright_of
 
 RELATIVE_SCALE = 1000.0  # Qwen2-VL and Qwen3-VL: box sides in 0..1000
 TRANSPOSED = frozenset({5, 6, 7, 8})  # EXIF orientations that swap width and height
@@ -128,6 +129,29 @@ def _orient(x: int, y: int, size: tuple[int, int], orientation: int) -> tuple[in
             return y, width - x
         case _:
             return x, y
+
+
+def locate_answer(
+    answer: str,
+    family: Family | None,
+    blobs: Sequence[bytes],
+    grids: Sequence[Sequence[int]],
+    patch: int,
+) -> tuple[str, list[Box]]:
+    """The answer with its boxes as labels, and the boxes on the original files (``blobs``,
+    the turn's images, which are the last of the prompt's ``grids``); the answer as it is
+    when it has none. The files' EXIF facts are read again from their headers: admission
+    may have downscaled the pixels the model saw."""
+    if family is None or not blobs or len(grids) < len(blobs):
+        return answer, []
+    parsed = parse_boxes(answer, family, images=len(blobs))
+    if not parsed.boxes:
+        return answer, []
+    geometries = []
+    for data, grid in zip(blobs, grids[len(grids) - len(blobs) :], strict=True):
+        size, orientation = upright_of(data)
+        geometries.append(ImageGeometry.of_grid(size, orientation, grid, patch))
+    return parsed.text, locate(parsed, geometries, family)
 
 
 def _scale(geometry: ImageGeometry, family: Family) -> tuple[float, float]:

@@ -1,29 +1,36 @@
 """``Engine.ask(request) -> AsyncIterator[Event]``: images in, stage events and tokens out.
 
-The asyncio side checks the input, decodes images (in threads), looks embeddings up in the
-cache and enters the admission seam; the worker thread loads the model when needed,
-encodes cache misses, builds the prompt and generates. Closing the iterator (a client that
-went away) cancels the job: the worker stops within one decoding step and drops the
-request's KV cache.
+The asyncio side checks the input, reads the conversation once, decodes images (in
+threads), computes the request's shape once (:class:`~qwen_ui.engine.shapes.AskShape`:
+text tokens, the sizes of the earlier and the new images) and hands it to admission as
+plain data, looks embeddings up in the cache and holds admission's reservation around
+the work; the worker thread loads the model when needed, encodes cache misses, builds the
+prompt and generates. Admission never calls back into the engine: it is told the model's
+facts (once per snapshot) and the weights' resident bytes (once loaded). Closing the
+iterator (a client that went away) cancels the job: the worker stops within one decoding
+step and drops the request's KV cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import torch
 from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
-from qwen_ui.engine.box_mapping import Box, ImageGeometry, locate
-from qwen_ui.engine.boxes import Family, parse_boxes
+from qwen_ui.engine.box_mapping import locate_answer
+from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.detokenize import TextStream
@@ -35,6 +42,7 @@ from qwen_ui.engine.errors import (
     QuestionTooLong,
 )
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
+from qwen_ui.engine.facts import ServedModel, placement, read_model
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -48,6 +56,7 @@ from qwen_ui.engine.generate import (
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
 from qwen_ui.engine.prefill_graphs import PrefillGraphs
+from qwen_ui.engine.shapes import AskShape, Fit, ModelFacts, Size
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.engine.worker import Job, Worker
 from qwen_ui.errors import QwenUIError
@@ -114,21 +123,33 @@ class QueueReport(Protocol):
     def __call__(self, ahead: int, wait_s: float = 0.0) -> None: ...
 
 
-# (request, decoded images, report-queue-position) -> async context manager around GPU work.
-# An admission object may also have ``async fit(request, images) -> (images, events)``,
-# called before the plan (it may downscale images that could never fit, or refuse).
-Admission = Callable[
-    [AskRequest, Sequence[image_checks.CheckedImage], QueueReport],
-    AbstractAsyncContextManager[Any],
-]
+class Admission(Protocol):
+    """What the engine needs of admission (``qwen_ui.admission.seam.EngineAdmission``):
+    plain data in, a reservation out; it never calls back into the engine."""
+
+    def use(self, facts: ModelFacts) -> None:
+        """The served model's facts, once per snapshot."""
+
+    def loaded(self, resident_bytes: int) -> None:
+        """The device bytes resident once the weights are loaded (CUDA)."""
+
+    async def fit(self, ask: AskShape) -> Fit:
+        """The bytes to reserve (and smaller sizes for the new images, if needed)."""
+        ...
+
+    def reserve(
+        self, tenant: str, nbytes: int, report: QueueReport
+    ) -> AbstractAsyncContextManager[Any]:
+        """Hold ``nbytes`` for ``tenant`` around the GPU work (reporting the queue)."""
+        ...
 
 
-def no_admission(
-    request: AskRequest,
-    images: Sequence[image_checks.CheckedImage],
-    report: QueueReport,
-) -> AbstractAsyncContextManager[Any]:
-    return nullcontext()
+@dataclass(frozen=True)
+class History:
+    """The earlier turns the prompt keeps, and their images' bytes when already read."""
+
+    turns: list[StoredTurn]
+    images: dict[str, bytes]
 
 
 class Engine:
@@ -157,7 +178,11 @@ class Engine:
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
         self.conversations = ConversationStore(state, settings.conversation_ttl_s)
         self.metrics = metrics or EngineMetrics()
-        self.admission: Admission = admission or no_admission
+        self.admission = admission
+        self.placement = placement(settings)
+        self._served: ServedModel | None = None
+        self._served_lock = asyncio.Lock()
+        self._resident_told = False
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
@@ -195,20 +220,18 @@ class Engine:
             checked: list[image_checks.CheckedImage] = []
             async for event in self._decode(request.images, checked):
                 yield event
-            if (fit := getattr(self.admission, "fit", None)) is not None:
-                checked, notices = await fit(request, checked)
-                for notice in notices:
-                    yield notice
-            plan = await self._plan(request, question, conversation, checked, sampling, start)
+            history = await self._history(request.tenant, conversation, len(checked))
+            turns = _turns(history, question, len(checked))
+            fit = await self._fit(request, turns, history, checked, sampling)
+            if fit.max_pixels is not None:
+                checked = await asyncio.to_thread(
+                    _downscale, checked, fit.new_sizes, fit.max_pixels
+                )
+                yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
+            plan = await self._plan(request, turns, history, checked, sampling, start)
             events: asyncio.Queue[Event] = asyncio.Queue()
-            admission = self.admission(
-                request,
-                checked,
-                lambda ahead, wait_s=0.0: events.put_nowait(
-                    Stage("queued", ahead=ahead, wait_s=wait_s)
-                ),
-            )
-            async with _Entered(admission, events) as waiting:
+            reservation = self._reserve(request.tenant, fit, events)
+            async with _Entered(reservation, events) as waiting:
                 async for event in waiting:
                     yield event
                 job = self.worker.submit(lambda j: self._work(j, plan))
@@ -276,22 +299,118 @@ class Engine:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
         self.metrics.images.observe(len(blobs))
 
+    async def _history(self, tenant: str, conversation: Conversation, new_images: int) -> History:
+        """The earlier turns the prompt keeps; their images are read (once) only when
+        admission needs their sizes, otherwise on an embedding cache miss."""
+        turns = self._history_window(conversation, new_images)
+        images: dict[str, bytes] = {}
+        if self.admission is not None:
+            for sha in (sha for turn in turns for sha in turn.images):
+                images[sha] = await self.conversations.image(tenant, sha)
+        return History(turns, images)
+
+    # --- admission: plain data out, a reservation back ------------------------------------
+    async def _fit(
+        self,
+        request: AskRequest,
+        turns: list[Turn],
+        history: History,
+        checked: Sequence[image_checks.CheckedImage],
+        sampling: SamplingOptions,
+    ) -> Fit:
+        if self.admission is None:
+            return Fit(0)
+        sizes = [c.size for c in checked]
+        shape = await self._shape(request, turns, history, sizes, sampling.max_new_tokens)
+        return await self.admission.fit(shape)
+
+    async def _shape(
+        self,
+        request: AskRequest,
+        turns: list[Turn],
+        history: History,
+        new_sizes: Sequence[Size],
+        max_new_tokens: int,
+    ) -> AskShape:
+        served = await self.served_model()
+        return AskShape(
+            tenant=request.tenant,
+            request_id=request.request_id,
+            text_tokens=await asyncio.to_thread(served.text_tokens, turns),
+            past_sizes=tuple(
+                _header_size(history.images[sha]) for t in history.turns for sha in t.images
+            ),
+            new_sizes=tuple(new_sizes),
+            max_new_tokens=max_new_tokens,
+        )
+
+    def _reserve(
+        self, tenant: str, fit: Fit, events: asyncio.Queue[Event]
+    ) -> AbstractAsyncContextManager[Any]:
+        if self.admission is None:
+            return nullcontext()
+
+        def report(ahead: int, wait_s: float = 0.0) -> None:
+            events.put_nowait(Stage("queued", ahead=ahead, wait_s=wait_s))
+
+        return self.admission.reserve(tenant, fit.nbytes, report)
+
+    async def served_model(self) -> ServedModel:
+        """The served model's facts (computed once per snapshot, from its config and
+        processor, without loading the weights), told to admission; once the weights are
+        loaded, their resident bytes are measured on the worker and told too."""
+        async with self._served_lock:
+            snapshot = await asyncio.to_thread(self.pipelines.snapshot)
+            if self._served is None or self._served.facts.snapshot_id != snapshot.id:
+                self._served = await asyncio.to_thread(
+                    read_model, Path(snapshot.path), snapshot.id, self.settings, self.placement
+                )
+            if self.admission is not None:
+                self.admission.use(self._served.facts)
+                await self._tell_resident(self.admission)
+            return self._served
+
+    async def _tell_resident(self, admission: Admission) -> None:
+        """Measure the weights on the worker between two jobs (no request's activations
+        are counted), once they are loaded (CUDA only)."""
+        if self._resident_told or self.placement.device != "cuda":
+            return
+        if not self.pipelines.is_loaded:
+            return
+        job = self.worker.submit(lambda _job: int(torch.cuda.memory_allocated()))
+        async for _ in job.events():
+            pass
+        self._resident_told = True
+        admission.loaded(job.result)
+
+    async def shape(self, request: AskRequest, new_sizes: Sequence[Size]) -> AskShape:
+        """``request``'s shape as :meth:`ask` computes it, for images of ``new_sizes``
+        (tools and tests that size a request without running it)."""
+        question = self._question(request.question)
+        conversation = await self._conversation(request)
+        history = await self._history(request.tenant, conversation, len(new_sizes))
+        turns = _turns(history, question, len(new_sizes))
+        max_new = self._sampling(request.options).max_new_tokens
+        return await self._shape(request, turns, history, new_sizes, max_new)
+
+    # --- the plan -----------------------------------------------------------------------
     async def _plan(
         self,
         request: AskRequest,
-        question: str,
-        conversation: Conversation,
+        turns: list[Turn],
+        history: History,
         checked: Sequence[image_checks.CheckedImage],
         sampling: SamplingOptions,
         started: float,
     ) -> Plan:
-        history = self._history_window(conversation, len(checked))
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
         settings_key = self._processor_key()
         prompt_images: list[PromptImage] = []
-        for turn in history:
+        for turn in history.turns:
             for sha in turn.images:
-                prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+                prompt_images.append(
+                    await self._history_image(request.tenant, sha, snapshot.id, history.images)
+                )
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
@@ -299,8 +418,6 @@ class Engine:
             prompt_images.append(PromptImage(key, embedding, pixels, tier))
         for item in prompt_images:
             self.metrics.cache.labels(item.tier).inc()
-        turns = [Turn(t.question, len(t.images), t.answer) for t in history]
-        turns.append(Turn(question, len(checked)))
         return Plan(turns, prompt_images, sampling, started)
 
     def _processor_key(self) -> str:
@@ -318,12 +435,14 @@ class Engine:
             kept.append(turn)
         return list(reversed(kept))
 
-    async def _history_image(self, tenant: str, sha: str, snapshot_id: str) -> PromptImage:
+    async def _history_image(
+        self, tenant: str, sha: str, snapshot_id: str, read: dict[str, bytes]
+    ) -> PromptImage:
         key = CacheKey(tenant, sha, self._processor_key(), snapshot_id)
         embedding, tier = await self.cache.fetch(key)
         if embedding is not None:
             return PromptImage(key, embedding, None, tier)
-        data = await self.conversations.image(tenant, sha)
+        data = read.get(sha) or await self.conversations.image(tenant, sha)
         checked = await asyncio.to_thread(image_checks.decode, data, 1, self.limits)
         return PromptImage(key, None, checked.image, "miss")
 
@@ -349,7 +468,9 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
-        text, boxes = await asyncio.to_thread(located, result, request.images)
+        text, boxes = await asyncio.to_thread(
+            locate_answer, result.answer, result.family, request.images, result.grids, result.patch
+        )
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -455,20 +576,32 @@ class Engine:
         return embeddings, fresh
 
 
-def located(result: WorkResult, blobs: Sequence[bytes]) -> tuple[str, list[Box]]:
-    """The answer with its boxes as labels, and the boxes on the original files of the
-    turn's images (the last of the prompt's); the answer as it is when there are none."""
-    if result.family is None or not blobs or len(result.grids) < len(blobs):
-        return result.answer, []
-    parsed = parse_boxes(result.answer, result.family, images=len(blobs))
-    if not parsed.boxes:
-        return result.answer, []
-    grids = result.grids[len(result.grids) - len(blobs) :]
-    geometries = []
-    for data, grid in zip(blobs, grids, strict=True):
-        size, orientation = image_checks.upright_of(data)
-        geometries.append(ImageGeometry.of_grid(size, orientation, grid, result.patch))
-    return parsed.text, locate(parsed, geometries, result.family)
+def _turns(history: History, question: str, new_images: int) -> list[Turn]:
+    """The prompt's turns: the kept earlier ones, then the question asked now."""
+    turns = [Turn(t.question, len(t.images), t.answer) for t in history.turns]
+    return [*turns, Turn(question, new_images)]
+
+
+def _header_size(data: bytes) -> Size:
+    """An earlier turn's image size from its header (what admission sizes it by)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def _downscale(
+    images: Sequence[image_checks.CheckedImage], sizes: Sequence[Size], max_pixels: int
+) -> list[image_checks.CheckedImage]:
+    """The images resized to admission's ``sizes`` (those already that size unchanged)."""
+    out = []
+    for item, size in zip(images, sizes, strict=True):
+        if size == item.size:
+            out.append(item)
+            continue
+        image = item.image.resize(size, Image.Resampling.BICUBIC)
+        # a new identity, so the smaller image's embedding gets its own cache entry
+        sha = f"{item.sha256}-max{max_pixels}"
+        out.append(replace(item, pixels=image, size=image.size, sha256=sha))
+    return out
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,9 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 
 
 def records(path: Path) -> list[dict[str, object]]:
-    out = []
+    out: list[dict[str, object]] = []
+    if not path.exists():
+        return out
     for line in path.read_text().splitlines():
         try:
             out.append(json.loads(line))
@@ -141,9 +143,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     tenants_file.save(settings.tenants_path, tenants_file.with_tenant(current, tenant))
     env = {"QWEN_UI_DEVICE": "cpu", "GRADIO_ANALYTICS_ENABLED": "False"}
     process = ServerProcess(home, env=env)
-    process.wait_for("/login")
-    yield process, token
-    process.stop()
+    try:
+        process.wait_for("/login", timeout=240)  # a loaded CI machine starts slowly
+        yield process, token
+    finally:
+        process.stop()
     assert token not in process.output()
 
 
@@ -158,12 +162,15 @@ def test_server_killed_mid_run_then_resumed(
     out = tmp_path / "answers.jsonl"
     args = ["batch", str(rows), "-o", str(out), "--server", process.url]
     args += ["--token-file", str(token_file), "--concurrency", "4"]
-    batch = subprocess.Popen([sys.executable, "-m", "qwen_ui.cli", *args], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while len(records(out)) < 10 and batch.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    batch.kill()
-    batch.wait(10)
+    with (tmp_path / "batch.log").open("w") as log:
+        batch = subprocess.Popen([sys.executable, "-m", "qwen_ui.cli", *args], stderr=log)
+        try:
+            deadline = time.monotonic() + 240
+            while len(records(out)) < 10 and batch.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            batch.kill()
+            batch.wait(10)
     written = len(records(out))
     assert 10 <= written < ROWS, "the run should be stopped part way"
     assert main([*args, "--no-progress"]) == 1  # the 3 bad rows failed

@@ -138,7 +138,7 @@ def test_done_line_carries_the_boxes(
     api_client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answer = '```json\n[{"bbox_2d": [0, 0, 28, 28], "label": "red circle"}]\n```'
-    force_answer(monkeypatch, api_client.app.state.engine, answer)  # type: ignore[attr-defined]
+    force_answer(monkeypatch, services_of(api_client.app).engine, answer)
     done = lines(post(api_client, "Where is the red circle?", [png((56, 56))]))[-1]
     assert done["type"] == "done" and done["answer"] == answer
     assert done["boxes"] == [{"image": 1, "label": "red circle", "box": [0, 0, 28, 28]}]

@@ -172,12 +172,20 @@ class EngineAdmission:
         if not request.conversation_id:
             return []
         conversations = self._engine().conversations
-        conversation = await conversations.get(request.tenant, request.conversation_id)
-        turns = history_window(conversation.turns, new_images, self.settings.max_images)
+        conversation = await conversations.get(request.owner, request.conversation_id)
+        # images attached before this question (a stopped or failed turn) join it; the
+        # request's own images are already attached at the end of ``pending``
+        earlier = conversation.pending[: max(0, len(conversation.pending) - new_images)]
+        turns = history_window(
+            conversation.turns, new_images + len(earlier), self.settings.max_images
+        )
         past = []
         for turn in turns:
             sizes = [await self._image_size(request.tenant, sha) for sha in turn.images]
             past.append(PastTurn(turn.question, turn.answer, sizes))
+        if earlier:
+            sizes = [await self._image_size(request.tenant, sha) for sha in earlier]
+            past.append(PastTurn("", "", sizes))
         return past
 
     async def _image_size(self, tenant: str, sha: str) -> Size:

@@ -10,12 +10,14 @@ request's KV cache.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from PIL import Image
@@ -23,9 +25,21 @@ from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
-from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
+from qwen_ui.engine.conversations import (
+    Conversation,
+    ConversationStore,
+    StoredTurn,
+    new_id,
+    owner_of,
+)
 from qwen_ui.engine.detokenize import TextStream
-from qwen_ui.engine.errors import AnswerFailed, BadOption, NoQuestion, QuestionTooLong
+from qwen_ui.engine.errors import (
+    AnswerFailed,
+    BadOption,
+    NoImage,
+    NoQuestion,
+    QuestionTooLong,
+)
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
 from qwen_ui.engine.generate import (
     CachePool,
@@ -48,6 +62,8 @@ from qwen_ui.state import State
 
 log = logging.getLogger(__name__)
 
+MODEL_FACTS = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
+
 
 @dataclass(frozen=True)
 class AskOptions:
@@ -68,6 +84,11 @@ class AskRequest:
     options: AskOptions = AskOptions()
     lang: str = "en"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    user: str = ""  # with the tenant, the principal a conversation belongs to
+
+    @property
+    def owner(self) -> str:
+        return owner_of(self.tenant, self.user)
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,7 @@ class PromptImage:
     embedding: Embedding | None
     image: Image.Image | None
     tier: str  # "memory", "redis" or "miss"
+    number: int = 0  # 1-based place in the conversation
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,7 @@ class Plan:
     images: list[PromptImage]
     sampling: SamplingOptions
     started: float
+    total_images: int = 0  # images in the whole conversation (stage labels count them)
 
 
 @dataclass
@@ -176,14 +199,23 @@ class Engine:
         QwenUIError (it becomes ``Failed``). Closing the iterator cancels the work."""
         job: Job[WorkResult] | None = None
         outcome = "failed"
+        kept: str | None = None  # the conversation id, once it holds the new images
         try:
             start = time.perf_counter()
             sampling = self._sampling(request.options)
             question = self._question(request.question)
             conversation = await self._conversation(request)
             checked: list[image_checks.CheckedImage] = []
-            async for event in self._decode(request.images, checked):
+            async for event in self._decode(request.images, checked, conversation):
                 yield event
+            if checked:  # the images belong to the conversation from now on
+                blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
+                await self.conversations.attach(conversation, blobs)
+                kept = conversation.id
+            if not question:
+                raise NoQuestion()
+            if not conversation.images and not await self._answers_without_images():
+                raise NoImage()
             if (fit := getattr(self.admission, "fit", None)) is not None:
                 checked, notices = await fit(request, checked)
                 for notice in notices:
@@ -209,7 +241,7 @@ class Engine:
             yield done
         except QwenUIError as exc:
             log.info("request %s failed: %s", request.request_id, exc.code)
-            yield Failed.of(exc, request.lang)
+            yield replace(Failed.of(exc, request.lang), conversation_id=kept)
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
             raise
@@ -237,27 +269,44 @@ class Engine:
         return SamplingOptions(max_new, temperature, top_p, options.seed)
 
     def _question(self, question: str) -> str:
+        """The question, stripped; empty is refused later, once images are attached."""
         text = question.strip()
-        if not text:
-            raise NoQuestion()
         if len(text) > self.settings.max_question_chars:
             raise QuestionTooLong(count=len(text), limit=self.settings.max_question_chars)
         return text
 
     async def _conversation(self, request: AskRequest) -> Conversation:
         if request.conversation_id:
-            return await self.conversations.get(request.tenant, request.conversation_id)
-        return Conversation(new_id(), request.tenant)
+            return await self.conversations.get(request.owner, request.conversation_id)
+        return Conversation(new_id(), request.tenant, request.owner)
+
+    async def _answers_without_images(self) -> bool:
+        """A fact of the model: ``qwen_ui.json`` beside its weights may say
+        ``{"answers_without_images": false}`` (the demo model); production Qwen models can."""
+        snapshot = await asyncio.to_thread(self.pipelines.snapshot)
+        facts = Path(snapshot.path) / MODEL_FACTS
+        try:
+            text = await asyncio.to_thread(facts.read_text, encoding="utf-8")
+        except FileNotFoundError:
+            return True
+        return bool(json.loads(text).get("answers_without_images", True))
 
     async def _decode(
-        self, blobs: Sequence[bytes], out: list[image_checks.CheckedImage]
+        self,
+        blobs: Sequence[bytes],
+        out: list[image_checks.CheckedImage],
+        conversation: Conversation,
     ) -> AsyncIterator[Event]:
+        """Check and decode the new images; they are numbered after the conversation's."""
+        before = len(conversation.images)
         image_checks.check_count(len(blobs), self.limits)
         for i, data in enumerate(blobs):
-            image_checks.check_bytes(data, i + 1, self.limits)
+            image_checks.check_bytes(data, i + 1, self.limits)  # errors name the upload
         start = time.perf_counter()
+        total = before + len(blobs)
         for i, data in enumerate(blobs):
-            yield Stage.at("decoding", i + 1, len(blobs))
+            number = before + i + 1
+            yield Stage.at("decoding", number, total)
             out.append(await asyncio.to_thread(image_checks.check, data, i + 1, self.limits))
         if blobs:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
@@ -272,29 +321,38 @@ class Engine:
         sampling: SamplingOptions,
         started: float,
     ) -> Plan:
-        history = self._history_window(conversation, len(checked))
+        """The prompt's turns and images: the latest earlier turns that fit, then the new
+        turn with every image attached since the last answer (``pending``, which holds the
+        new ones at its end)."""
+        earlier = conversation.pending[: len(conversation.pending) - len(checked)]
+        history = self._history_window(conversation, len(earlier) + len(checked))
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
         settings_key = self._processor_key()
         prompt_images: list[PromptImage] = []
         for turn in history:
             for sha in turn.images:
                 prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+        for sha in earlier:
+            prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
             pixels = None if embedding is not None else await asyncio.to_thread(image.load)
             prompt_images.append(PromptImage(key, embedding, pixels, tier))
+        first = len(conversation.images) - len(prompt_images)
+        prompt_images = [replace(p, number=first + i + 1) for i, p in enumerate(prompt_images)]
         for item in prompt_images:
             self.metrics.cache.labels(item.tier).inc()
         turns = [Turn(t.question, len(t.images), t.answer) for t in history]
-        turns.append(Turn(question, len(checked)))
-        return Plan(turns, prompt_images, sampling, started)
+        turns.append(Turn(question, len(earlier) + len(checked)))
+        return Plan(turns, prompt_images, sampling, started, len(conversation.images))
 
     def _processor_key(self) -> str:
         s = self.settings
         return f"min={s.min_pixels},max={s.max_pixels}"
 
     def _history_window(self, conversation: Conversation, new_images: int) -> list[StoredTurn]:
+        # ``new_images`` counts the pending ones too
         """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
         budget = self.settings.max_images - new_images
         kept: list[StoredTurn] = []
@@ -326,9 +384,10 @@ class Engine:
             await self.cache.put_remote(key, embedding)
         if result.outcome.finish_reason == "cancelled":
             return Failed.of(AnswerFailed(), request.lang)
-        turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
-        blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
-        await self.conversations.append(conversation, turn, blobs)
+        # the turn's images were attached before the work started (``pending``)
+        await self.conversations.append(
+            conversation, StoredTurn(plan.turns[-1].question, result.answer, []), {}
+        )
         self.status.record_answer()
         self._observe(result)
         hits = sum(1 for item in plan.images if item.tier != "miss")
@@ -343,6 +402,7 @@ class Engine:
             completion_tokens=len(result.outcome.tokens),
             images=len(checked),
             cache_hits=hits,
+            images_seen=len(plan.images),
             finish_reason=reason,
             timings=result.timings,
         )
@@ -418,9 +478,10 @@ class Engine:
         embeddings: list[Embedding] = []
         fresh: list[tuple[CacheKey, Embedding]] = []
         t0 = time.perf_counter()
-        total = len(plan.images)
+        total = plan.total_images or len(plan.images)
         for i, item in enumerate(plan.images):
-            job.emit(Stage.at("encoding", i + 1, total, cached=item.embedding is not None))
+            number = item.number or i + 1
+            job.emit(Stage.at("encoding", number, total, cached=item.embedding is not None))
             embedding = item.embedding
             if embedding is None:
                 assert item.image is not None

@@ -59,6 +59,7 @@ async def ask(
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
         tenant=principal.tenant,
+        user=principal.user,
         question=question,
         images=blobs,
         conversation_id=conversation_id or None,
@@ -75,6 +76,8 @@ async def ask(
             "message": failed.message,
             "status": failed.status,
         }
+        if failed.conversation_id is not None:  # it holds this request's images
+            body["conversation_id"] = failed.conversation_id
         headers = {}
         if failed.retry_after is not None:  # busy: when to try again
             body["retry_after"] = failed.retry_after

@@ -48,6 +48,11 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stopped": {"en": "Stopped", "zh": "已停止"},
     "progress": {"en": "Progress", "zh": "进度"},
     "examples": {"en": "Examples", "zh": "示例"},
+    "image_alt": {"en": "image {number}, {name}", "zh": "图片 {number}，{name}"},
+    "no_image_used": {
+        "en": "No image was used for this answer.",
+        "zh": "这个回答没有参考任何图片。",
+    },
 }
 
 

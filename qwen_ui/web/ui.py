@@ -17,6 +17,7 @@ from typing import Any
 import gradio as gr
 from fastapi import FastAPI
 
+from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.web import principal_from_gradio
 from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
@@ -85,7 +86,9 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         question = gr.MultimodalTextbox(
             label=t("question", "en"),
             placeholder=t("question_placeholder", "en"),
-            file_types=["image"],
+            # no client-side type filter: Gradio's own check shows an English toast (twice)
+            # and the question is sent anyway; the server refuses any non-image with one
+            # message in the page's language and gives the text and files back
             file_count="multiple",
             elem_id="qwen-question",
             interactive=True,
@@ -143,7 +146,21 @@ def build_ui(app: FastAPI) -> gr.Blocks:
             [question, status],
             api_visibility="private",
         )
+
+        async def on_clear(conversation_id: str | None, request: gr.Request) -> dict[Any, Any]:
+            """The chat's trash icon: the server forgets the conversation too."""
+            controls.request(str(request.session_hash), "reset")
+            await _forget(app, conversation_id, request)
+            return {conversation: None, progress: progress_html(0.0)}
+
         stop.click(on_stop, None, None, api_visibility="private", concurrency_limit=None)
+        chat.clear(
+            on_clear,
+            [conversation],
+            [conversation, progress],
+            api_visibility="private",
+            concurrency_limit=None,
+        )
         new_chat.click(
             on_new_chat,
             None,
@@ -220,8 +237,10 @@ async def _answer(
     text = str((message or {}).get("text") or "")
     files = [_path_of(f) for f in (message or {}).get("files") or []]
     chat = normalize(history)
-    chat += [{"role": "user", "content": {"path": f}} for f in files]
-    chat.append({"role": "user", "content": text})
+    shown = _image_count(chat)
+    chat += [_image_message(f, shown + i + 1, lang) for i, f in enumerate(files)]
+    if text.strip():
+        chat.append({"role": "user", "content": escape_markdown_html(text)})
     stage = {
         "role": "assistant",
         "content": "",
@@ -231,10 +250,13 @@ async def _answer(
     chat += [stage, reply]
     locked = gr.MultimodalTextbox(value=None, interactive=False)
     yield chat, locked, progress_html(0.0), conversation_id, gr.update()
+    attached = False
     try:
         principal = principal_from_gradio(request)
+        conversation_id = conversation_id or await _new_conversation(app, principal)
         ask = AskRequest(
             tenant=principal.tenant,
+            user=principal.user,
             question=text,
             images=[Path(f).read_bytes() for f in files],
             conversation_id=conversation_id,
@@ -242,21 +264,99 @@ async def _answer(
         )
         async with aclosing(ask_as(app, principal, ask)) as events:
             async for event in events:
-                conversation_id = _apply(event, stage, reply, lang) or conversation_id
+                _apply(event, stage, reply, lang)
+                attached = attached or _attached(event)
                 if (wanted := control()) is not None:
                     break  # leaving the block closes the iterator: the work is cancelled
+                if isinstance(event, Failed):
+                    break
                 status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
                 yield chat, locked, progress_html(_progress(event)), conversation_id, status
             else:
                 return
-        if wanted == "reset":
-            yield [], gr.update(value=None), progress_html(0.0), None, status_markdown(app, lang)
-        else:
+        if not isinstance(event, Failed):
+            if wanted == "reset":
+                yield (
+                    [],
+                    gr.update(value=None),
+                    progress_html(0.0),
+                    None,
+                    status_markdown(app, lang),
+                )
+                return
             stopped, _box, bar = _stopped(chat, lang)
-            yield stopped, gr.update(), bar, conversation_id, status_markdown(app, lang)
+            box = _kept_input(None, files, attached)
+            yield stopped, box, bar, conversation_id, status_markdown(app, lang)
+            return
     except QwenUIError as exc:
         _apply(Failed.of(exc, lang), stage, reply, lang)
-        yield chat, locked, progress_html(0.0), conversation_id, status_markdown(app, lang)
+    chat, box = _after_failure(chat, text, files, attached)
+    yield chat, box, progress_html(0.0), conversation_id, status_markdown(app, lang)
+
+
+async def _forget(app: FastAPI, conversation_id: str | None, request: gr.Request) -> None:
+    engine = getattr(app.state, "engine", None)
+    if engine is None or not conversation_id:
+        return
+    principal = principal_from_gradio(request)
+    await engine.conversations.delete(principal.label, conversation_id)
+
+
+async def _new_conversation(app: FastAPI, principal: Principal) -> str | None:
+    """A conversation stored before the first question, so that it keeps the images of a
+    turn that is stopped or fails; None when there is no engine (the ask fails typed)."""
+    engine = getattr(app.state, "engine", None)
+    if engine is None:
+        return None
+    conversation = await engine.conversations.create(principal.tenant, principal.label)
+    return str(conversation.id)
+
+
+def _attached(event: Event) -> bool:
+    """Whether the conversation now holds the turn's new images: they are attached once
+    every one was decoded, i.e. at the first event after the decoding stages."""
+    if isinstance(event, Stage):
+        return event.stage != "decoding"
+    if isinstance(event, Failed):
+        return event.conversation_id is not None
+    return True
+
+
+def _kept_input(text: str | None, files: list[str], attached: bool) -> Any:
+    """The question box after a turn that did not answer: images the conversation did not
+    take go back into it (with the text, when the submit was refused)."""
+    back = [] if attached else files
+    if not text and not back:
+        return gr.update(value=None, interactive=True)
+    return gr.update(value={"text": text or "", "files": back}, interactive=True)
+
+
+def _after_failure(chat: Messages, text: str, files: list[str], attached: bool) -> tuple[Any, ...]:
+    """A refused or failed turn: the chat keeps the images only when the conversation
+    holds them; the question goes back into the box with any images not taken."""
+    if not attached and files:
+        chat = [m for m in chat if not _is_image(m) or _path_of(m["content"]) not in files]
+    return chat, _kept_input(text, files, attached)
+
+
+def _is_image(message: dict[str, Any]) -> bool:
+    return message.get("role") == "user" and isinstance(message.get("content"), dict)
+
+
+def _image_count(chat: Messages) -> int:
+    return sum(1 for m in chat if _is_image(m))
+
+
+def _image_message(path: str, number: int, lang: Lang) -> dict[str, Any]:
+    """An image of the conversation, numbered as the stages and the model number it."""
+    name = Path(path).name
+    alt = t("image_alt", lang).format(number=number, name=name)
+    return {"role": "user", "content": {"path": path, "alt_text": alt}}
+
+
+def escape_markdown_html(text: str) -> str:
+    """User text shown as Markdown but never as HTML (``<img src=x>`` stays text)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lang) -> str | None:
@@ -275,6 +375,8 @@ def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lan
         )
         meta["duration"] = event.timings.get("total", 0.0)
         reply["content"] = event.answer
+        if event.images_seen == 0:
+            reply["content"] += f"\n\n*{t('no_image_used', lang)}*"
         return event.conversation_id
     elif isinstance(event, Failed):
         meta["status"] = "done"
@@ -308,7 +410,10 @@ def _part(part: Any) -> Any:
         nested = part.get("file")
         file: dict[str, Any] = nested if isinstance(nested, dict) else part
         if file.get("path"):
-            return {"path": str(file["path"])}
+            found = {"path": str(file["path"])}
+            if alt := part.get("alt_text") or file.get("alt_text"):
+                found["alt_text"] = str(alt)
+            return found
     return part if isinstance(part, str) else str(part or "")
 
 

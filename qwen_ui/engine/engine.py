@@ -167,7 +167,9 @@ class Engine:
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
-        self.conversations = ConversationStore(state, settings.conversation_ttl_s)
+        self.conversations = ConversationStore(
+            state, settings.conversation_ttl_s, settings.conversations_per_user
+        )
         self.metrics = metrics or EngineMetrics()
         self.admission: Admission = admission or no_admission
         self.limits = image_checks.ImageLimits(

@@ -48,6 +48,12 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stopped": {"en": "Stopped", "zh": "已停止"},
     "progress": {"en": "Progress", "zh": "进度"},
     "examples": {"en": "Examples", "zh": "示例"},
+    "untitled": {"en": "(no question yet)", "zh": "（还没有问题）"},
+    "n_images": {"en": "{n} images", "zh": "{n} 张图片"},
+    "history": {"en": "Conversations", "zh": "对话记录"},
+    "rename": {"en": "Rename", "zh": "重命名"},
+    "delete": {"en": "Delete", "zh": "删除"},
+    "title_label": {"en": "Title of this conversation", "zh": "本对话的标题"},
     "image_alt": {"en": "image {number}, {name}", "zh": "图片 {number}，{name}"},
     "no_image_used": {
         "en": "No image was used for this answer.",

@@ -27,6 +27,14 @@ from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
+from qwen_ui.web.history import (
+    choices,
+    escape_markdown_html,
+    image_message,
+    messages,
+    open_conversation,
+    store_of,
+)
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.oss_panel import build_oss_panel
 
@@ -74,8 +82,17 @@ def logout_html(settings: Settings, lang: Lang) -> str:
 def build_ui(app: FastAPI) -> gr.Blocks:
     settings = app.state.settings
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
-        lang = gr.State("en")
-        conversation = gr.State(None)
+        # kept in the browser (localStorage), so a reload restores both
+        lang = gr.BrowserState("", storage_key="qwen-ui-lang")
+        conversation = gr.BrowserState("", storage_key="qwen-ui-conversation")
+        with gr.Sidebar(label=t("history", "en"), open=False, elem_id="qwen-sidebar"):
+            history = gr.Radio([], label=t("history", "en"), elem_id="qwen-history")
+            title_box = gr.Textbox(label=t("title_label", "en"), elem_id="qwen-title")
+            with gr.Row():
+                rename = gr.Button(t("rename", "en"), elem_id="qwen-rename", size="sm")
+                delete = gr.Button(
+                    t("delete", "en"), elem_id="qwen-delete", variant="stop", size="sm"
+                )
         with gr.Row(elem_classes="qwen-header"):
             header = gr.Markdown(_header("en"))
             picker = gr.Radio(LANG_CHOICES, value="en", label=t("language", "en"), scale=0)
@@ -102,15 +119,79 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
         texts += [demo_note]
         texts += [example_sets.get(code, gr.Column(visible=False)) for code in LANGS]
+        texts += [history, title_box, rename, delete]
+        listed = [history, title_box]
 
-        def on_load(request: gr.Request) -> tuple[Any, ...]:
+        async def listing_of(
+            chosen: Lang, conversation_id: str, request: gr.Request
+        ) -> dict[Any, Any]:
+            return await listing(request, chosen, conversation_id)
+
+        async def listing(
+            request: gr.Request, chosen: Lang, conversation_id: str | None
+        ) -> dict[Any, Any]:
+            """The sidebar: the principal's conversations, the open one chosen."""
+            principal = principal_from_gradio(request)
+            found = await open_conversation(app, principal, conversation_id)
+            return {
+                history: gr.update(
+                    choices=await choices(app, principal, chosen),
+                    value=found.id if found else None,
+                ),
+                title_box: gr.update(value=found.display_title if found else ""),
+            }
+
+        async def showing(
+            request: gr.Request, chosen: Lang, conversation_id: str | None
+        ) -> dict[Any, Any]:
+            """The chat drawn from the server's conversation, and the sidebar."""
+            principal = principal_from_gradio(request)
+            found = await open_conversation(app, principal, conversation_id)
+            drawn = await messages(app, found, chosen) if found else []
+            return {
+                chat: gr.update(value=drawn),
+                conversation: found.id if found else "",
+                progress: progress_html(0.0),
+                **await listing(request, chosen, conversation_id),
+            }
+
+        async def on_load(
+            stored_lang: str, stored_conversation: str, request: gr.Request
+        ) -> dict[Any, Any]:
             chosen = negotiate(request.headers.get("accept-language"), settings.language)
-            if "lang" in request.query_params and request.query_params["lang"] in LANGS:
-                chosen = request.query_params["lang"]
-            return (chosen, *_relabel(app, chosen))
+            if stored_lang in LANGS:
+                chosen = stored_lang  # type: ignore[assignment]
+            if request.query_params.get("lang") in LANGS:
+                chosen = request.query_params["lang"]  # type: ignore[assignment]
+            shown = await showing(request, chosen, stored_conversation)
+            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            return {lang: chosen, **merged(relabelled, shown)}
 
-        def on_pick(chosen: Lang) -> tuple[Any, ...]:
-            return (chosen, *_relabel(app, chosen))
+        async def on_pick(
+            chosen: Lang, conversation_id: str, request: gr.Request
+        ) -> dict[Any, Any]:
+            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            listed_now = await listing(request, chosen, conversation_id)
+            return {lang: chosen, **merged(relabelled, listed_now)}
+
+        async def on_open(chosen_id: str, current: Lang, request: gr.Request) -> dict[Any, Any]:
+            return await showing(request, current, chosen_id)
+
+        async def on_rename(
+            conversation_id: str, title: str, current: Lang, request: gr.Request
+        ) -> dict[Any, Any]:
+            store = store_of(app)
+            if store is not None and conversation_id:
+                principal = principal_from_gradio(request)
+                await store.rename(principal.label, conversation_id, title)
+            return await listing(request, current, conversation_id)
+
+        async def on_delete(
+            conversation_id: str, current: Lang, request: gr.Request
+        ) -> dict[Any, Any]:
+            controls.request(str(request.session_hash), "reset")
+            await _forget(app, conversation_id, request)
+            return await showing(request, current, "")
 
         controls = Controls()
 
@@ -131,7 +212,7 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         def on_new_chat(request: gr.Request) -> tuple[Any, ...]:
             if controls.request(str(request.session_hash), "reset"):
                 return gr.update(), gr.update(), gr.update(), gr.update()  # the answer resets
-            return [], gr.update(value=None, interactive=True), None, progress_html(0.0)
+            return [], gr.update(value=None, interactive=True), "", progress_html(0.0)
 
         submitted = question.submit(
             on_submit,
@@ -140,37 +221,65 @@ def build_ui(app: FastAPI) -> gr.Blocks:
             api_visibility="undocumented",
             concurrency_limit=None,
         )
+
+        async def after_answer(
+            current: Lang, conversation_id: str, request: gr.Request
+        ) -> dict[Any, Any]:
+            return {
+                question: gr.update(interactive=True),
+                status: status_markdown(app, current),
+                **await listing(request, current, conversation_id),
+            }
+
         submitted.then(
-            lambda current: (gr.update(interactive=True), status_markdown(app, current)),
-            [lang],
-            [question, status],
+            after_answer,
+            [lang, conversation],
+            [question, status, *listed],
             api_visibility="private",
         )
-
-        async def on_clear(conversation_id: str | None, request: gr.Request) -> dict[Any, Any]:
-            """The chat's trash icon: the server forgets the conversation too."""
-            controls.request(str(request.session_hash), "reset")
-            await _forget(app, conversation_id, request)
-            return {conversation: None, progress: progress_html(0.0)}
 
         stop.click(on_stop, None, None, api_visibility="private", concurrency_limit=None)
-        chat.clear(
-            on_clear,
-            [conversation],
-            [conversation, progress],
-            api_visibility="private",
-            concurrency_limit=None,
-        )
+        shown = [chat, conversation, progress, *listed]
+        for control in (chat.clear, delete.click):  # the trash icon deletes it too
+            control(
+                on_delete,
+                [conversation, lang],
+                shown,
+                api_visibility="private",
+                concurrency_limit=None,
+            )
         new_chat.click(
             on_new_chat,
             None,
             [chat, question, conversation, progress],
             api_visibility="private",
             concurrency_limit=None,
+        ).then(listing_of, [lang, conversation], listed, api_visibility="private")
+        history.input(on_open, [history, lang], shown, api_visibility="private")
+        rename.click(on_rename, [conversation, title_box, lang], listed, api_visibility="private")
+        title_box.submit(
+            on_rename, [conversation, title_box, lang], listed, api_visibility="private"
         )
-        blocks.load(on_load, None, [lang, *texts], api_visibility="private")
-        picker.input(on_pick, picker, [lang, *texts], api_visibility="private")
+        blocks.load(
+            on_load,
+            [lang, conversation],
+            [lang, *texts, chat, conversation, progress],
+            api_visibility="private",
+        )
+        picker.input(on_pick, [picker, conversation], [lang, *texts], api_visibility="private")
     return blocks  # type: ignore[no-any-return]
+
+
+def merged(*updates: dict[Any, Any]) -> dict[Any, Any]:
+    """Updates by component; two updates of one component are combined (later wins)."""
+    out: dict[Any, Any] = {}
+    for update in updates:
+        for component, value in update.items():
+            before = out.get(component)
+            if isinstance(before, dict) and isinstance(value, dict):
+                value = {**before, **value}
+            out[component] = value
+    return out
 
 
 class Controls:
@@ -238,7 +347,7 @@ async def _answer(
     files = [_path_of(f) for f in (message or {}).get("files") or []]
     chat = normalize(history)
     shown = _image_count(chat)
-    chat += [_image_message(f, shown + i + 1, lang) for i, f in enumerate(files)]
+    chat += [image_message(f, shown + i + 1, lang) for i, f in enumerate(files)]
     if text.strip():
         chat.append({"role": "user", "content": escape_markdown_html(text)})
     stage = {
@@ -345,18 +454,6 @@ def _is_image(message: dict[str, Any]) -> bool:
 
 def _image_count(chat: Messages) -> int:
     return sum(1 for m in chat if _is_image(m))
-
-
-def _image_message(path: str, number: int, lang: Lang) -> dict[str, Any]:
-    """An image of the conversation, numbered as the stages and the model number it."""
-    name = Path(path).name
-    alt = t("image_alt", lang).format(number=number, name=name)
-    return {"role": "user", "content": {"path": path, "alt_text": alt}}
-
-
-def escape_markdown_html(text: str) -> str:
-    """User text shown as Markdown but never as HTML (``<img src=x>`` stays text)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lang) -> str | None:
@@ -471,4 +568,8 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(value=logout_html(app.state.settings, lang)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
+        gr.update(label=t("history", lang)),
+        gr.update(label=t("title_label", lang)),
+        gr.update(value=t("rename", lang)),
+        gr.update(value=t("delete", lang)),
     )

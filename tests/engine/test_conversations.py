@@ -67,3 +67,22 @@ async def test_conversations_expire(state: State) -> None:
     assert await store.delete("alice/u", conv.id)
     with pytest.raises(ConversationNotFound):
         await store.get("alice/u", conv.id)
+
+
+async def test_the_owner_lists_renames_and_deletes(state: State) -> None:
+    store = ConversationStore(state, ttl_s=120, max_per_owner=2)
+    first = await store.create("acme", ALICE)
+    await store.append(first, StoredTurn("How many circles?", "2", ["s1", "s2"]), {})
+    second = await store.create("acme", ALICE)
+    listed = await store.owned(ALICE)
+    assert [s.id for s in listed] == [second.id, first.id]  # the latest first
+    assert listed[1].title == "How many circles?" and listed[1].images == 2
+    await store.rename(ALICE, first.id, "  Circles \n count ")
+    assert (await store.owned(ALICE))[1].title == "Circles count"
+    assert await store.owned("acme/bob") == []
+    third = await store.create("acme", ALICE)  # beyond max_per_owner: the oldest goes
+    assert [s.id for s in await store.owned(ALICE)] == [third.id, second.id]
+    with pytest.raises(ConversationNotFound):
+        await store.get(ALICE, first.id)
+    assert await store.delete(ALICE, third.id)
+    assert [s.id for s in await store.owned(ALICE)] == [second.id]

@@ -37,7 +37,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
         )
 
-    def wait_for(self, path: str, status: int = 200, timeout: float = 60.0) -> float:
+    def wait_for(self, path: str, status: int = 200, timeout: float = 180.0) -> float:
         """Seconds from process start until ``path`` answered ``status``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -11,7 +11,6 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from qwen_ui.auth import tenants as tenants_file
-from tests.engine.conftest import png
 from tests.support import auth
 from tests.support.browser import chromium, log_in_page
 from tests.support.server import ServerProcess, tiny_model_server

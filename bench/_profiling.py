@@ -28,11 +28,11 @@ CATEGORIES = (
 
 
 def provenance(script: str, argv: list[str] | None, device: torch.device) -> dict[str, str]:
-    """The command that made a result (``bench/SCRIPT`` and its arguments) and the device
-    it ran on, the first keys of a benchmark's JSON."""
+    """The command that made a result (``SCRIPT``, a path from the repository root, and its
+    arguments) and the device it ran on: the first keys of a benchmark's JSON."""
     args = sys.argv[1:] if argv is None else argv
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return {"command": " ".join(["python", f"bench/{script}", *args]), "device": name}
+    return {"command": " ".join(["python", script, *args]), "device": name}
 
 
 def category(name: str) -> str:

@@ -398,14 +398,12 @@ def web_phase(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     tenant = add_token(Tenant(id="bench", name="Bench", kind="local"), record)
     settings.tenants_path.parent.mkdir(parents=True, exist_ok=True)
     tenants_file.save(settings.tenants_path, TenantsFile(tenants={"bench": tenant}))
-    app = create_app(settings, ui=False)
-    store = DirStore(path)
+    app = create_app(settings, ui=False, store=DirStore(path))
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
     thread = threading.Thread(target=server.run, daemon=True)
-    app.state.store = store  # before the lifespan starts the engine
     thread.start()
     try:
         _wait_started(server)

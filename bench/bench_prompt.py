@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from qwen_ui.demo import train
+from qwen_ui.demo.install import weights_dir
 from qwen_ui.engine.cache import Embedding
 from qwen_ui.engine.pipelines import LanguagePipeline, ModelSpec, Pipelines, Turn, messages
 from qwen_ui.engine.status import EngineStatus
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=50)
     args = p.parse_args(argv)
     store = ModelStore(Path(tempfile.mkdtemp()))
-    store.install(train.WEIGHTS, DEMO_MODEL_ID, "bf16")
+    store.install(weights_dir("bf16"), DEMO_MODEL_ID, "bf16")
     spec = ModelSpec(DEMO_MODEL_ID, "bf16", "cpu", 3136, 112_896)
     language = Pipelines(store, spec, EngineStatus()).load().language
     rows = {f"{n}_images": compare(language, n, args.reps) for n in (1, 3)}

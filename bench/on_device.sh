@@ -45,7 +45,7 @@ command_for() {
     prefill) echo "python3 bench/profile_prefill.py --workdir $W" ;;
     prefill-dequant) echo "python3 bench/profile_prefill.py --prefill-dequant-rows 256 --workdir $W" ;;
     # training uses the device's own packages, not the carried site folder
-    train-profile) echo "env -u PYTHONPATH python3 bench/profile_train.py" ;;
+    train-profile) echo "env -u PYTHONPATH python3 training/profile_train.py" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
     gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;
     *) return 1 ;;

@@ -83,6 +83,25 @@ class PayloadTooLarge(QwenUIError):
     zh = "上传的内容太大。"
 
 
+class RequestTimeout(QwenUIError):
+    status = 408
+    code = "body_timeout"
+    en = "The request body did not arrive within {seconds} s."
+    zh = "请求内容未在 {seconds} 秒内到达。"
+
+
+class RequestTooLarge(PayloadTooLarge):
+    code = "request_too_large"
+    en = "The request is larger than the limit of {limit_mb} MB."
+    zh = "请求大小超过 {limit_mb} MB 的上限。"
+
+
+class MalformedBody(BadRequest):
+    code = "malformed_body"
+    en = "The request body is malformed or incomplete (multipart without its closing boundary)."
+    zh = "请求内容格式错误或不完整（multipart 内容缺少结束边界）。"
+
+
 class TooManyRequests(QwenUIError):
     status = 429
     code = "too_many_requests"
@@ -140,3 +159,9 @@ class EngineNotAvailable(ServiceUnavailable):
     code = "engine_not_available"
     en = "Answering is not available yet on this server."
     zh = "此服务器暂不能回答问题。"
+
+
+class NotStarted(ServiceUnavailable):
+    code = "starting"
+    en = "qwen-ui is starting; retry shortly."
+    zh = "qwen-ui 正在启动，请稍后重试。"

@@ -1,66 +1,89 @@
-"""``create_app(settings) -> FastAPI``: everything is built in ``lifespan`` and kept on
-``app.state``; nothing lives in module-level globals."""
+"""``create_app(settings) -> FastAPI``: routes, middlewares and the Gradio mount; its
+lifespan builds the app's :class:`~qwen_ui.services.Services` once and closes them at
+shutdown. Nothing lives in module-level globals; only the services module touches the
+app's state."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from qwen_ui import __version__
-from qwen_ui.engine.status import EngineStatus
+from qwen_ui.services import ServedStore, Services, attach, maybe_services, services_of
 from qwen_ui.settings import Settings
-from qwen_ui.state import open_state
-from qwen_ui.store import ModelStore
-from qwen_ui.web import admission_setup, api, auth_setup, errors, health, metrics
+from qwen_ui.web import api, cors, errors, health, login, metrics, oss_api
+from qwen_ui.web.auth import gradio_auth_dependency
+from qwen_ui.web.caller import caller_from_headers, csrf_header_check
+from qwen_ui.web.guard import RequestGuard
 
 log = logging.getLogger(__name__)
 
-
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings: Settings = app.state.settings
-    app.state.state = open_state(settings.redis_url)
-    app.state.auth = auth_setup.start(settings, app.state.state)
-    admission_setup.start(app)
-    await api.start_engine(app)
-    log.info(
-        "qwen-ui %s starting: model %s, state %s",
-        __version__,
-        settings.model_id,
-        app.state.state.kind,
-    )
-    try:
-        yield
-    finally:
-        await api.stop_engine(app)
-        await app.state.state.close()
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def create_app(settings: Settings | None = None, ui: bool = True) -> FastAPI:
+def lifespan_of(
+    settings: Settings,
+    store: ServedStore | None = None,
+    install_demo: bool = False,
+    upload_folder: Path | None = None,
+) -> Lifespan:
+    """The app's lifespan: start the services, attach them to the app, close them.
+    ``upload_folder``: Gradio's, when the UI is mounted (its uploads are kept private)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await Services.start(settings, store, install_demo)
+        if upload_folder is not None:
+            services.watch_uploads(upload_folder)
+        attach(app, services)
+        log.info(
+            "qwen-ui %s starting: model %s, state %s",
+            __version__,
+            settings.model_id,
+            services.state.kind,
+        )
+        try:
+            yield
+        finally:
+            attach(app, None)
+            await services.close()
+
+    return lifespan
+
+
+def create_app(
+    settings: Settings | None = None,
+    ui: bool = True,
+    store: ServedStore | None = None,
+    install_demo: bool = False,
+) -> FastAPI:
     """The whole app; ``ui=False`` leaves the Gradio UI out (and never imports Gradio), for
-    API-only uses such as ``bench/bench_decode.py --web``."""
+    API-only uses such as ``bench/bench_decode.py --web``. ``store``: serve from this
+    store instead of the settings' model store (benches); ``install_demo``: install the
+    shipped demo at start-up when it is the configured model (``qwen-ui serve``)."""
     settings = settings or Settings()
     app = FastAPI(
         title="qwen-ui",
         version=__version__,
-        lifespan=lifespan,
+        lifespan=lifespan_of(settings, store, install_demo, _upload_folder() if ui else None),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
         root_path=settings.root_path,
     )
-    _init_state(app, settings)
     errors.install(app)
-    app.include_router(health.router)
-    app.include_router(metrics.router)
-    app.include_router(api.router)
-    auth_setup.install(app, settings)
-    app.add_middleware(metrics.MetricsMiddleware, metrics=lambda: app.state.metrics)
+    # routes before the Gradio mount, which catches everything under its path
+    for router in (health.router, metrics.router, api.router, login.router, oss_api.router):
+        app.include_router(router)
+    _guard(app, settings)
+    cors.install(app, settings)  # outside the guard: preflights carry no credentials
+    app.add_middleware(metrics.MetricsMiddleware)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
     if ui:
@@ -68,15 +91,21 @@ def create_app(settings: Settings | None = None, ui: bool = True) -> FastAPI:
     return app
 
 
-def _init_state(app: FastAPI, settings: Settings) -> None:
-    """Cheap, synchronous parts the routes read; I/O-bound parts come in ``lifespan``."""
-    app.state.settings = settings
-    app.state.engine_status = EngineStatus()
-    app.state.store = ModelStore(settings.model_path)
-    app.state.metrics = metrics.Metrics()
-    app.state.metrics.watch_engine(lambda: app.state.engine_status)
-    admission_setup.init(app)
-    api.init(app)
+def _guard(app: FastAPI, settings: Settings) -> None:
+    """Credentials, origin, size and read timeout, before anything reads the body."""
+    app.add_middleware(
+        RequestGuard,
+        settings=settings,
+        caller_of=caller_from_headers(lambda: services_of(app).auth),
+        csrf_ok=csrf_header_check(lambda: services_of(app).auth),
+        uploads=lambda: getattr(maybe_services(app), "uploads", None),
+    )
+
+
+def _upload_folder() -> Path:
+    from gradio.utils import get_upload_folder
+
+    return Path(get_upload_folder())
 
 
 def _mount_ui(app: FastAPI, settings: Settings) -> None:
@@ -108,9 +137,9 @@ def _mount_gradio(app: FastAPI, settings: Settings) -> None:
     footer: list[str] = ["gradio", "settings"] + (["api"] if settings.show_api else [])
     gr.mount_gradio_app(
         app,
-        build_ui(app),
+        build_ui(app, settings),
         path=settings.ui_path,
-        auth_dependency=auth_setup.gradio_auth(app),
+        auth_dependency=gradio_auth_dependency(app),
         theme=theme.theme,
         css_paths=theme.css_paths,
         footer_links=footer,

@@ -57,7 +57,9 @@ class Settings(BaseSettings):
         "('*' trusts all).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Log level of the qwen_ui loggers."
+        "info",
+        description="Log level of the server log, qwen-ui's and its libraries' lines alike "
+        "(oss2 stays at warning: it logs credentials at debug).",
     )
     log_dir: Path | None = Field(None, description="Audit log folder (default: HOME/logs).")
     language: Literal["auto", "en", "zh"] = Field(
@@ -70,6 +72,19 @@ class Settings(BaseSettings):
     show_api: bool = Field(False, description="Show Gradio's API-docs link in the footer.")
     metrics_token: SecretStr | None = Field(
         None, description="Bearer token required by /metrics (unset: open)."
+    )
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated origins (e.g. https://portal.example.com) allowed to "
+        "call this server from a browser page of another site, with credentials; empty: "
+        "none. Those origins also pass the same-origin check on cookie-authenticated posts.",
+    )
+    body_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Longest wait for the next piece of a request body; a client that "
+        "withholds its body gets 408 and its connection is closed.",
     )
 
     # --- model and store ------------------------------------------------------------
@@ -218,6 +233,14 @@ class Settings(BaseSettings):
         None, description="Redis URL for sessions, throttles and caches (unset: in-process)."
     )
 
+    # --- readiness (issue 26) -------------------------------------------------------
+    readiness_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=10,
+        description="Longest /readyz waits for a dependency (Redis) before calling it down.",
+    )
+
     # --- auth -----------------------------------------------------------------------
     tenants_file: Path | None = Field(
         None, description="Tenants file, TOML (default: HOME/tenants.toml)."
@@ -311,6 +334,18 @@ class Settings(BaseSettings):
     @property
     def is_demo_model(self) -> bool:
         return self.model_id == DEMO_MODEL_ID
+
+    @property
+    def cors_origin_list(self) -> tuple[str, ...]:
+        """``cors_origins`` split at commas, without trailing slashes."""
+        return tuple(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request body accepted: every image at its limit, the question (4
+        bytes a character at most) and the multipart framing (64 KiB + 4 KiB a part)."""
+        framing = 64 * 1024 + 4 * 1024 * (self.max_images + 8)
+        return self.max_images * self.max_image_bytes + 4 * self.max_question_chars + framing
 
 
 def field_rows() -> list[dict[str, Any]]:

@@ -41,6 +41,10 @@ class State(ABC):
         """Add one; a key created by this call gets ``ttl``, an existing one keeps its own."""
 
     @abstractmethod
+    async def decr(self, key: str) -> int:
+        """Take one off an existing counter (its TTL kept); a missing key stays missing (0)."""
+
+    @abstractmethod
     async def expire(self, key: str, ttl: float) -> bool:
         """Set a key's time to live; False when it does not exist."""
 
@@ -84,6 +88,9 @@ class Namespaced:
 
     async def incr(self, key: str, ttl: float | None = None) -> int:
         return await self.backend.incr(self._k(key), ttl)
+
+    async def decr(self, key: str) -> int:
+        return await self.backend.decr(self._k(key))
 
     async def expire(self, key: str, ttl: float) -> bool:
         return await self.backend.expire(self._k(key), ttl)
@@ -148,6 +155,14 @@ class MemoryState(State):
         entry.value = str(count).encode()
         return count
 
+    async def decr(self, key: str) -> int:
+        entry = self._live(key)
+        if entry is None:
+            return 0
+        count = int(entry.value) - 1
+        entry.value = str(count).encode()
+        return count
+
     async def expire(self, key: str, ttl: float) -> bool:
         entry = self._live(key)
         if entry is None:
@@ -173,6 +188,11 @@ if n == 1 and tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return n
 """
 
+_DECR_EXISTING = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return redis.call('DECR', KEYS[1])
+"""
+
 
 class RedisState(State):
     """Redis backend; every key carries the ``qwen-ui:`` prefix."""
@@ -182,6 +202,7 @@ class RedisState(State):
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
         self._incr = self._client.register_script(_INCR_WITH_TTL)
+        self._decr = self._client.register_script(_DECR_EXISTING)
 
     @property
     def kind(self) -> str:
@@ -218,6 +239,12 @@ class RedisState(State):
         except _REDIS_DOWN as exc:
             raise StateUnavailable() from exc
 
+    async def decr(self, key: str) -> int:
+        try:
+            return int(await self._decr(keys=[KEY_PREFIX + key]))
+        except _REDIS_DOWN as exc:
+            raise StateUnavailable() from exc
+
     async def expire(self, key: str, ttl: float) -> bool:
         return bool(await self._call(self._client.pexpire, KEY_PREFIX + key, self._ms(ttl)))
 
@@ -235,6 +262,15 @@ class RedisState(State):
 def open_state(redis_url: str | None) -> State:
     """The backend the settings ask for; Redis is connected lazily, never at start-up."""
     return RedisState(redis_url) if redis_url else MemoryState()
+
+
+async def unreachable(state: State, timeout_s: float) -> str | None:
+    """Why ``state`` cannot serve now (for /readyz), asked within ``timeout_s``; else None."""
+    try:
+        await asyncio.wait_for(state.ping(), timeout_s)
+    except (StateUnavailable, TimeoutError):
+        return f"state: {state.kind} unreachable"
+    return None
 
 
 async def wait_ready(state: State, attempts: int = 1) -> bool:

@@ -63,6 +63,16 @@ async def test_incr_expires_as_a_window(state: State) -> None:
     assert await state.incr("w", ttl=0.15) == 1
 
 
+async def test_decr_takes_one_off_and_never_creates(state: State) -> None:
+    assert await state.decr("d") == 0
+    assert await state.get("d") is None
+    await state.incr("d", ttl=60)
+    await state.incr("d", ttl=60)
+    assert await state.decr("d") == 1
+    remaining = await state.ttl("d")
+    assert remaining is not None and 55 < remaining <= 60
+
+
 async def test_expire_missing_is_false(state: State) -> None:
     assert await state.expire("missing", 10) is False
 

@@ -3,8 +3,15 @@
 ``list_objects_v2(prefix, max_keys=1)`` needs only ``oss:ListObjects`` on that prefix.
 Wrong key, wrong secret, bad or expired STS token, no rights, or a key id the tenant does
 not allow: all :class:`InvalidCredentials`. OSS unreachable: :class:`OSSUnavailable`,
-which is not a failed login. A success may be remembered for at most five minutes, under
-an HMAC (server key) of the credentials, never the credentials themselves.
+which is not a failed login.
+
+A success may be remembered for at most five minutes, under an HMAC (server key) of the
+whole credential (key id, secret and STS token), never the credentials themselves. STS
+credentials are remembered only when their expiry is stated, and never past it. The moment
+OSS rejects a key id (for any session or login), every remembered success of that key id
+from before the rejection stops counting: the rejection is stored (under an HMAC of the
+key id) for as long as an entry can live, and an entry counts only if it was verified
+after it. Entries and rejections carry times judged on the injected clock.
 """
 
 from __future__ import annotations
@@ -12,12 +19,13 @@ from __future__ import annotations
 import fnmatch
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import anyio.to_thread
 import oss2.exceptions
 
+from qwen_ui.auth.clock import Clock
 from qwen_ui.auth.errors import InvalidCredentials, OSSUnavailable
 from qwen_ui.auth.keys import ServerKeys
 from qwen_ui.auth.oss_client import OSSConnector, Outcome, classify
@@ -51,23 +59,60 @@ class OSSVerifier:
     keys: ServerKeys
     cache: Namespaced
     cache_s: float = MAX_CACHE_S
+    clock: Clock = field(default_factory=Clock)
 
     async def verify(
-        self, tenant: Tenant, credentials: OSSCredentials, use_cache: bool = True
+        self,
+        tenant: Tenant,
+        credentials: OSSCredentials,
+        use_cache: bool = True,
+        not_after: float | None = None,
     ) -> Principal:
+        """Ask OSS (or the cache) whether the key can list the tenant's prefix; for STS
+        credentials ``not_after`` is their stated expiry (epoch seconds on the clock)."""
         if tenant.oss is None or not well_formed(credentials):
             raise InvalidCredentials()
         if not key_id_allowed(tenant.oss.allowed_key_ids, credentials.key_id):
             raise InvalidCredentials()
         principal = Principal(tenant=tenant.id, user=credentials.key_id, method="oss")
         cache_key = self._cache_key(tenant, credentials)
-        if use_cache and await self.cache.get(cache_key) is not None:
+        cacheable = credentials.sts_token is None or not_after is not None
+        if use_cache and cacheable and await self._cached(cache_key, credentials):
+            log.debug("OSS key check for tenant %s answered from the cache", tenant.id)
             return principal
+        asked_at = self.clock()
         await self._ask_oss(tenant, credentials)
-        ttl = min(self.cache_s, MAX_CACHE_S)
-        if ttl > 0:
-            await self.cache.set(cache_key, b"1", ttl=ttl)
+        await self._remember(cache_key, asked_at, self._cache_ttl(credentials, not_after))
         return principal
+
+    def _cache_ttl(self, credentials: OSSCredentials, not_after: float | None) -> float:
+        ttl = min(self.cache_s, MAX_CACHE_S)
+        if credentials.sts_token:
+            ttl = 0.0 if not_after is None else min(ttl, not_after - self.clock())
+        return ttl
+
+    async def _remember(self, cache_key: str, asked_at: float, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        value = f"{asked_at!r} {self.clock() + ttl!r}".encode()
+        await self.cache.set(cache_key, value, ttl=ttl)
+
+    async def _cached(self, cache_key: str, credentials: OSSCredentials) -> bool:
+        raw = await self.cache.get(cache_key)
+        try:
+            verified, until = (float(part) for part in (raw or b"").split())
+        except ValueError:
+            return False
+        rejected = await self.cache.get(self._rejected_key(credentials.key_id))
+        return until > self.clock() and (rejected is None or verified > float(rejected))
+
+    async def forget(self, key_id: str) -> None:
+        """OSS rejected this key id: no remembered success from before now counts."""
+        ttl = MAX_CACHE_S + 60.0  # outlives every entry that could still be live
+        await self.cache.set(self._rejected_key(key_id), repr(self.clock()).encode(), ttl=ttl)
+
+    def _rejected_key(self, key_id: str) -> str:
+        return "rejected:" + self.keys.mac("oss-rejected", key_id)
 
     def _cache_key(self, tenant: Tenant, credentials: OSSCredentials) -> str:
         return self.keys.mac(
@@ -89,4 +134,6 @@ class OSSVerifier:
             log.info("OSS refused a login for tenant %s: %s", tenant.id, exc.code or exc.status)
             if outcome is Outcome.UNAVAILABLE:
                 raise OSSUnavailable() from None
+            await self.forget(credentials.key_id)
             raise InvalidCredentials() from None
+        log.debug("OSS accepted the key for tenant %s", tenant.id)

@@ -3,7 +3,8 @@
 Only this module and the modules that call it touch oss2. The bucket and endpoint always
 come from the tenants file, never from a user. oss2 calls block; callers run them in a
 worker thread. oss2 logs request headers (Authorization, security token) at DEBUG, so
-:func:`quiet_oss2_logging` pins its loggers to WARNING; the server calls it at start.
+:func:`quiet_oss2_logging` (from :mod:`qwen_ui.logs`) pins its loggers to WARNING; the
+server calls it at start.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import oss2.exceptions
 
 from qwen_ui.auth.principal import OSSCredentials
 from qwen_ui.auth.tenants import OSSConfig
+from qwen_ui.logs import quiet_oss2_logging
 
 log = logging.getLogger(__name__)
 
 APP_NAME = "qwen-ui"
+
+__all__ = ["OSSConnector", "Outcome", "classify", "quiet_oss2_logging"]
 
 
 class Outcome(Enum):
@@ -43,11 +47,6 @@ _INVALID_CODES = frozenset(
     }
 )
 CREDENTIAL_CODES = _INVALID_CODES - {"AccessDenied", "InvalidArgument"}
-
-
-def quiet_oss2_logging() -> None:
-    for name in ("oss2", "oss2.http", "oss2.api", "oss2.auth"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def classify(exc: oss2.exceptions.OssError, for_object: bool = False) -> Outcome:

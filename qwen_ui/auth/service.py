@@ -1,16 +1,18 @@
 """The auth service of one app: tenants, verifiers, sessions, throttle, tokens, audit.
 
-Built once in the server's lifespan and kept on ``app.state.auth``. The web layer hands it
+Built once in the server's lifespan as part of the app's services. The web layer hands it
 what a request carries (form fields, a cookie, a bearer token) and gets back a
 :class:`~qwen_ui.auth.principal.Principal` or a typed error.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass, field
 
+import anyio
 import anyio.to_thread
 
 from qwen_ui.auth.audit import AuditLog
@@ -25,12 +27,14 @@ from qwen_ui.auth.passwords import verify_password
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
 from qwen_ui.auth.quotas import TenantQuotas
 from qwen_ui.auth.sessions import Session, SessionStore
-from qwen_ui.auth.tenants import TENANT_ID, Tenant, TenantRegistry
+from qwen_ui.auth.tenants import TENANT_ID, Limits, Tenant, TenantRegistry
 from qwen_ui.auth.throttle import LoginThrottle, ThrottlePolicy
 from qwen_ui.auth.tokens import hash_token, looks_like_token
 from qwen_ui.errors import QwenUIError
 from qwen_ui.settings import Settings
 from qwen_ui.state import State
+
+log = logging.getLogger(__name__)
 
 _LOGGABLE_KEY_ID = re.compile(r"^(LTAI|STS\.)[A-Za-z0-9]{4,124}$")
 
@@ -91,7 +95,11 @@ class AuthService:
             audit=AuditLog(settings.log_path),
             local=LocalVerifier(),
             oss=OSSVerifier(
-                connector, keys, state.namespace("oss-verified"), settings.oss_verify_cache_s
+                connector,
+                keys,
+                state.namespace("oss-verified"),
+                settings.oss_verify_cache_s,
+                clock,
             ),
             connector=connector,
             quotas=TenantQuotas(state.namespace("quota"), registry, clock),
@@ -103,12 +111,9 @@ class AuthService:
     async def login(self, attempt: LoginAttempt) -> tuple[str, Session]:
         """Verify and open a session; returns (session id for the cookie, session)."""
         started = time.perf_counter()
-        ident = f"{attempt.tenant}/{attempt.who}"
         outcome = "invalid"
         try:
-            await self.throttle.check(attempt.ip, ident)
-            principal = await self._verify(attempt)
-            await self.throttle.succeeded(attempt.ip, ident)
+            principal = await self._throttled_verify(attempt)
             oss = attempt.credentials if isinstance(attempt.credentials, OSSCredentials) else None
             session_id, session = await self.sessions.create(principal, oss, attempt.not_after)
             outcome = "ok"
@@ -120,13 +125,30 @@ class AuthService:
             outcome = "oss_unavailable"
             raise
         except InvalidCredentials:
-            await self.throttle.failed(attempt.ip, ident)
             raise
         except QwenUIError as error:  # e.g. the state store is down
             outcome = error.code
             raise
         finally:
-            self._audit_login(attempt, outcome, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            log.debug("login attempt for tenant %s: %s", self._loggable_tenant(attempt), outcome)
+            self._audit_login(attempt, outcome, seconds)
+
+    async def _throttled_verify(self, attempt: LoginAttempt) -> Principal:
+        """The verifier runs only inside a throttle slot reserved before it starts."""
+        ident = f"{attempt.tenant}/{attempt.who}"
+        reservation = await self.throttle.reserve(attempt.ip, ident)
+        try:
+            principal = await self._verify(attempt)
+        except InvalidCredentials:
+            await self.throttle.failed(reservation)
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.throttle.release(reservation)
+            raise
+        await self.throttle.succeeded(reservation)
+        return principal
 
     async def _verify(self, attempt: LoginAttempt) -> Principal:
         if attempt.not_after is not None and attempt.not_after <= self.clock():
@@ -140,13 +162,13 @@ class AuthService:
             return await self.local.verify(tenant, creds)
         if tenant is None or tenant.kind != "oss":
             raise InvalidCredentials()
-        return await self.oss.verify(tenant, creds)
+        return await self.oss.verify(tenant, creds, not_after=attempt.not_after)
 
     def _audit_login(self, attempt: LoginAttempt, outcome: str, seconds: float) -> None:
         creds = attempt.credentials
         method = "password" if isinstance(creds, PasswordCredentials) else "oss"
         self.audit.login(
-            tenant=attempt.tenant if re.match(TENANT_ID, attempt.tenant) else "(invalid)",
+            tenant=self._loggable_tenant(attempt),
             user=self._loggable_user(attempt, outcome),
             method=method,
             outcome=outcome,
@@ -154,6 +176,10 @@ class AuthService:
             request_id=attempt.request_id,
             ms=seconds * 1000,
         )
+
+    @staticmethod
+    def _loggable_tenant(attempt: LoginAttempt) -> str:
+        return attempt.tenant if re.match(TENANT_ID, attempt.tenant) else "(invalid)"
 
     def _loggable_user(self, attempt: LoginAttempt, outcome: str) -> str:
         """Only names that cannot be a mistyped secret: known users, key-id shapes."""
@@ -186,9 +212,11 @@ class AuthService:
                 raise InvalidCredentials()
             await self.oss.verify(tenant, credentials, use_cache=False)
         except InvalidCredentials:
+            log.debug("STS session of %s refused at its re-check; ended", session.principal.label)
             await self.sessions.delete(session_id)
             return None
         except OSSUnavailable:
+            log.debug("STS re-check of %s postponed: OSS unreachable", session.principal.label)
             return session
         return await self.sessions.mark_verified(session_id, session)
 
@@ -208,6 +236,12 @@ class AuthService:
             return None
         tenant_id, token_id = owner
         return Principal(tenant=tenant_id, user=f"token:{token_id}", method="token")
+
+    def tenant_limit(self, tenant: str) -> int:
+        """The tenant's concurrent-request limit from the tenants file (admission's)."""
+        found = self.registry.get(tenant)
+        limits = found.limits if found is not None else Limits()  # type: ignore[call-arg]
+        return int(limits.concurrent_requests)
 
     def objects(self, session: Session) -> TenantObjects:
         """The session's tenant prefix, read with the session's own credentials."""

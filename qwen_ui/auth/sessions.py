@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 from dataclasses import asdict, dataclass, replace
@@ -21,6 +22,8 @@ from qwen_ui.auth.clock import Clock
 from qwen_ui.auth.keys import ServerKeys
 from qwen_ui.auth.principal import OSSCredentials, Principal
 from qwen_ui.state import Namespaced
+
+log = logging.getLogger(__name__)
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 TOUCH_EVERY_S = 15.0
@@ -100,6 +103,12 @@ class SessionStore:
         )
         session_id = secrets.token_urlsafe(32)
         await self._write(session_id, session)
+        log.debug(
+            "session created for %s (%s), ends in %.0f s",
+            principal.label,
+            principal.method,
+            expires - now,
+        )
         return session_id, session
 
     def _seal(self, credentials: OSSCredentials | None) -> StoredOSS | None:
@@ -136,6 +145,7 @@ class SessionStore:
         if session is None:
             return None
         if not self.is_live(session):
+            log.debug("session of %s expired", session.principal.label)
             await self.delete(session_id)
             return None
         if self.clock() - session.last_seen >= TOUCH_EVERY_S:
@@ -146,9 +156,12 @@ class SessionStore:
     async def mark_verified(self, session_id: str, session: Session) -> Session:
         session = replace(session, verified=self.clock())
         await self._write(session_id, session)
+        log.debug("session of %s re-verified with OSS", session.principal.label)
         return session
 
     async def delete(self, session_id: str) -> bool:
         if not SESSION_ID_RE.match(session_id):
             return False
-        return await self.store.delete(session_key(session_id))
+        deleted = await self.store.delete(session_key(session_id))
+        log.debug("session deleted (%s)", "it existed" if deleted else "none stored")
+        return deleted

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
+from qwen_ui import logs
 from qwen_ui.settings import Settings, field_rows
 
 
@@ -54,11 +54,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("qwen_ui").setLevel(level.upper())
-
-
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -66,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from qwen_ui.cli.tenants import first_run_demo_tenant
 
     settings = settings_from_args(args)
-    configure_logging(settings.log_level)
+    logs.configure(settings.log_level)
     first_run_demo_tenant(settings)
     uvicorn.run(
         DeferredApp(settings, lambda: _build_app(settings)),
@@ -81,13 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_app(settings: Settings) -> Any:
     """Runs in a worker thread while /healthz already answers (see qwen_ui.boot). On the
-    embedded default model, the shipped demo is installed into the store on first run."""
+    embedded default model, the app's start-up installs the shipped demo on first run."""
     from qwen_ui.server import create_app
 
-    if settings.is_demo_model:
-        from qwen_ui.demo.install import ensure_demo
-        from qwen_ui.store import ModelStore
-
-        ensure_demo(ModelStore(settings.model_path), settings.model_revision)
-
-    return create_app(settings)
+    return create_app(settings, install_demo=True)

@@ -1,12 +1,17 @@
 """``qwen-ui tenants …``: manage the tenants file (TOML under QWEN_UI_HOME).
 
 Passwords and API tokens are generated, printed once, and stored only as hashes.
-A running server picks the changes up without a restart.
+A running server picks the changes up without a restart. ``check`` tests an OSS tenant's
+endpoint, region, bucket and prefix with a key whose secret is read from a prompt, stdin
+or an environment variable, never from the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +19,10 @@ from typing import Any
 from qwen_ui.auth import tenants as tenants_file
 from qwen_ui.auth.bootstrap import DEMO_TENANT, DEMO_USER, ensure_demo_tenant
 from qwen_ui.auth.errors import TenantsFileError
+from qwen_ui.auth.oss_check import check_tenant
+from qwen_ui.auth.oss_client import OSSConnector
 from qwen_ui.auth.passwords import generate_password, hash_password
+from qwen_ui.auth.principal import OSSCredentials
 from qwen_ui.auth.tenants import Limits, OSSConfig, Tenant, TenantsFile
 from qwen_ui.auth.tokens import add_token, new_token, revoke_token
 from qwen_ui.settings import Settings
@@ -26,6 +34,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--tenants-file", type=Path, default=None, help="tenants file path")
     commands = parser.add_subparsers(dest="tenants_command", required=True)
     _add_oss_parser(commands)
+    _add_check_parser(commands)
     add_local = commands.add_parser("add-local", help="add a user (and its local tenant)")
     add_local.add_argument("tenant")
     add_local.add_argument("user")
@@ -67,6 +76,25 @@ def _add_oss_parser(commands: Any) -> None:
     add_oss.add_argument("--concurrent-requests", type=int, default=2)
     add_oss.add_argument("--questions-per-day", type=int, default=1000)
     add_oss.set_defaults(func=_wrap(add_oss_tenant))
+
+
+def _add_check_parser(commands: Any) -> None:
+    check = commands.add_parser(
+        "check",
+        help="test an OSS tenant's endpoint and region with a key",
+        description="List one object under the tenant's prefix with the given key and name "
+        "OSS's error code on failure (exit status 1). The key id comes from --key-id or a "
+        "prompt; the secret (and with --sts the STS token) from --secret-env, a prompt, or, "
+        "when stdin is not a terminal, stdin: key id (unless --key-id), secret, STS token, "
+        "one per line.",
+    )
+    check.add_argument("tenant")
+    check.add_argument("--key-id", default=None, help="AccessKey id (LTAI... or STS....)")
+    check.add_argument("--sts", action="store_true", help="temporary key: read an STS token")
+    check.add_argument(
+        "--secret-env", default=None, metavar="NAME", help="read the secret from env var NAME"
+    )
+    check.set_defaults(func=_wrap(check_oss_tenant))
 
 
 Command = Callable[[argparse.Namespace, Settings], int]
@@ -216,6 +244,47 @@ def remove_token(args: argparse.Namespace, settings: Settings) -> int:
     _save(settings, tenants_file.with_tenant(tenants, updated))
     print(f"tenant {tenant.id}: token {args.token_id} revoked")
     return 0
+
+
+def _ask(prompt: str, hidden: bool) -> str:
+    """One line from the terminal (hidden for secrets) or from piped stdin."""
+    if sys.stdin.isatty():
+        return (getpass.getpass(prompt) if hidden else input(prompt)).strip()
+    return sys.stdin.readline().strip()
+
+
+def _check_credentials(args: argparse.Namespace) -> OSSCredentials:
+    key_id = args.key_id or _ask("AccessKey id: ", hidden=False)
+    if args.secret_env:
+        secret = os.environ.get(args.secret_env, "").strip()
+    else:
+        secret = _ask("AccessKey secret: ", hidden=True)
+    token = _ask("STS token: ", hidden=True) if args.sts else None
+    return OSSCredentials(key_id=key_id, secret=secret, sts_token=token or None)
+
+
+def check_oss_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    tenant = _tenant(_load(settings), settings, args.tenant)
+    if tenant.oss is None:
+        raise TenantsFileError(
+            path=str(settings.tenants_path), problem=f"{tenant.id} is not an OSS tenant"
+        )
+    credentials = _check_credentials(args)
+    if not credentials.key_id or not credentials.secret:
+        print("error: an AccessKey id and secret are needed", file=sys.stderr)
+        return 2
+    oss = tenant.oss
+    result = check_tenant(OSSConnector(timeout_s=settings.oss_timeout_s), oss, credentials)
+    where = f"bucket {oss.bucket}, prefix {oss.prefix!r}, region {oss.region}, {oss.endpoint}"
+    if result.ok:
+        print(f"tenant {tenant.id}: OK, key {credentials.key_id} can list {where}")
+        return 0
+    seen = f"HTTP {result.status}" + (
+        f", request id {result.request_id}" if result.request_id else ""
+    )
+    print(f"tenant {tenant.id}: FAILED {result.code} ({seen}): {result.advice}")
+    print(f"  checked {where}")
+    return 1
 
 
 def first_run_demo_tenant(settings: Settings) -> None:

@@ -4,6 +4,9 @@ Both revisions live in the package under ``qwen_ui/demo/weights/<revision>``; in
 copies them into the hash-addressed store like any other model, so serving resolves the
 demo exactly as it would resolve a production model. Idempotent: identical content that is
 already installed is left alone.
+
+:class:`DemoInstallingStore` is the one place that installs the demo while serving: the
+app's store, which installs the shipped demo on first resolve when it is missing.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qwen_ui.errors import ModelNotInstalled
 from qwen_ui.settings import DEMO_MODEL_ID
+from qwen_ui.store import ModelStore, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +56,20 @@ def ensure_demo(store: Any, revision: str) -> bool:
         return False
     install_demo(store, tuple(dict.fromkeys((revision, *REVISIONS))))
     return True
+
+
+class DemoInstallingStore(ModelStore):
+    """The app's store, except that resolving the shipped demo model installs it first
+    when missing (first question on a fresh home, or ``qwen-ui serve`` at start: a local
+    copy and hash, well under a second). Every other model must be installed by the
+    operator."""
+
+    def resolve(self, model_id: str, revision: str) -> Snapshot:
+        try:
+            return super().resolve(model_id, revision)
+        except ModelNotInstalled:
+            if model_id != DEMO_MODEL_ID:
+                raise
+        if ensure_demo(self, revision):
+            log.info("installed the shipped demo model %s@%s", model_id, revision)
+        return super().resolve(model_id, revision)

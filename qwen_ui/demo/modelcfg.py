@@ -19,7 +19,7 @@ VOCAB_SIZE = 1024  # 1000 learned BPE tokens + 22 Qwen added tokens, padded to 1
 
 # token ids of the shipped tokenizer: the 1000 learned tokens, then <|im_end|> (eos) and
 # <|endoftext|> (pad) as the Qwen2Tokenizer constructor registers them, then the rest of
-# tokenizer.SPECIAL_TOKENS in Qwen's order (tests/demo/test_tokenizer.py pins them)
+# tokenizer.SPECIAL_TOKENS in Qwen's order (training/tests/test_tokenizer.py pins them)
 IM_END_ID = 1000
 ENDOFTEXT_ID = 1001
 IM_START_ID = 1002

@@ -34,6 +34,7 @@ from qwen_ui.engine.conversations import (
 )
 from qwen_ui.engine.detokenize import TextStream
 from qwen_ui.engine.errors import (
+    SEED_MAX,
     AnswerFailed,
     BadOption,
     NoImage,
@@ -268,6 +269,8 @@ class Engine:
             raise BadOption(name="temperature", low=0, high=2)
         if not 0.0 < top_p <= 1.0:
             raise BadOption(name="top_p", low=0, high=1)
+        if options.seed is not None and not 0 <= options.seed <= SEED_MAX:
+            raise BadOption(name="seed", low=0, high=SEED_MAX)
         return SamplingOptions(max_new, temperature, top_p, options.seed)
 
     def _question(self, question: str) -> str:

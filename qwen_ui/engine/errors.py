@@ -76,6 +76,9 @@ class QuestionTooLong(BadRequest):
     zh = "问题有 {count} 个字符，上限为 {limit} 个。"
 
 
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2^64 - 1
+
+
 class BadOption(BadRequest):
     code = "bad_option"
     en = "Option {name} must be between {low} and {high}."

@@ -1,5 +1,5 @@
 """``POST /api/v1/ask``: images and a question in (multipart), engine events out as
-newline-delimited JSON. Also the engine's start/stop for the app's lifespan.
+newline-delimited JSON.
 
 Input errors that the engine reports before any work started (its first event is
 ``failed``) come back as the usual JSON error with their HTTP status; once streaming has
@@ -9,26 +9,25 @@ cancels the answer: the response task is cancelled, which closes the engine's it
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from qwen_ui.auth.principal import Principal
-from qwen_ui.auth.web import require_principal
-from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
+from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
-from qwen_ui.engine.metrics import EngineMetrics
-from qwen_ui.errors import ModelNotInstalled, QwenUIError
-from qwen_ui.settings import DEMO_MODEL_ID, Settings
+from qwen_ui.errors import QwenUIError
+from qwen_ui.services import ServicesDep
+from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
+from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.errors import error_response
 from qwen_ui.web.i18n import LANGS, negotiate
+from qwen_ui.web.options import ask_lang, ask_options
 
 log = logging.getLogger(__name__)
 
@@ -36,26 +35,29 @@ router = APIRouter(prefix="/api/v1")
 NDJSON = "application/x-ndjson"
 
 
-def request_lang(request: Request, explicit: str | None) -> str:
+def request_lang(request: Request, settings: Settings, explicit: str | None) -> str:
     if explicit in LANGS:
         return str(explicit)
-    return negotiate(request.headers.get("accept-language"), request.app.state.settings.language)
+    return negotiate(request.headers.get("accept-language"), settings.language)
 
 
 @router.post("/ask")
 async def ask(
     request: Request,
-    principal: Annotated[Principal, Depends(require_principal)],
+    services: ServicesDep,
+    principal: PrincipalDep,
     question: Annotated[str, Form()],
     images: Annotated[list[UploadFile] | None, File()] = None,
     conversation_id: Annotated[str | None, Form()] = None,
-    max_new_tokens: Annotated[int | None, Form()] = None,
-    temperature: Annotated[float | None, Form()] = None,
-    top_p: Annotated[float | None, Form()] = None,
-    seed: Annotated[int | None, Form()] = None,
+    max_new_tokens: Annotated[str | None, Form()] = None,
+    temperature: Annotated[str | None, Form()] = None,
+    top_p: Annotated[str | None, Form()] = None,
+    seed: Annotated[str | None, Form()] = None,
     lang: Annotated[str | None, Form()] = None,
 ) -> Response:
-    settings: Settings = request.app.state.settings
+    settings = services.settings
+    options = ask_options(settings, max_new_tokens, temperature, top_p, seed)
+    answer_lang = request_lang(request, settings, ask_lang(lang))
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
         tenant=principal.tenant,
@@ -63,10 +65,10 @@ async def ask(
         question=question,
         images=blobs,
         conversation_id=conversation_id or None,
-        options=AskOptions(max_new_tokens, temperature, top_p, seed),
-        lang=request_lang(request, lang),
+        options=options,
+        lang=answer_lang,
     )
-    events = ask_as(request.app, principal, ask_request)
+    events = ask_as(services, principal, ask_request)
     head = await _checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
@@ -126,64 +128,6 @@ async def _lines(head: list[Event], events: AsyncIterator[Event]) -> AsyncIterat
             yield (event.to_json() + "\n").encode()
         async for event in events:
             yield (event.to_json() + "\n").encode()
-
-
-# --- life cycle (called from server.lifespan) -------------------------------------------
-
-
-def init(app: FastAPI) -> None:
-    """Synchronous part (create_app): the engine's metrics live as long as the app."""
-    app.state.engine = None
-    app.state.engine_metrics = EngineMetrics(app.state.metrics.registry)
-
-
-async def start_engine(app: FastAPI) -> None:
-    settings: Settings = app.state.settings
-    engine = Engine(
-        settings,
-        DemoInstallingStore(app.state.store),
-        app.state.state,
-        status=app.state.engine_status,
-        metrics=app.state.engine_metrics,
-        admission=getattr(app.state, "admission", None),
-    )
-    engine.start()
-    app.state.engine = engine
-    app.state.answering = True
-    if settings.preload:
-        app.state.preload_task = asyncio.create_task(engine.preload())
-
-
-class DemoInstallingStore:
-    """The app's store, except that resolving the shipped demo model installs it first
-    when missing (first question on a fresh home: a local copy and hash, well under a
-    second). Every other model must be installed by the operator."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    def resolve(self, model_id: str, revision: str) -> Any:
-        try:
-            return self.store.resolve(model_id, revision)
-        except ModelNotInstalled:
-            if model_id != DEMO_MODEL_ID:
-                raise
-        from qwen_ui.demo.install import ensure_demo
-
-        if ensure_demo(self.store, revision):
-            log.info("installed the shipped demo model %s@%s", model_id, revision)
-        return self.store.resolve(model_id, revision)
-
-
-async def stop_engine(app: FastAPI) -> None:
-    engine: Engine | None = getattr(app.state, "engine", None)
-    task: Any = getattr(app.state, "preload_task", None)
-    if task is not None and not task.done():
-        task.cancel()
-    if engine is not None:
-        await engine.close()
-    app.state.engine = None
-    app.state.answering = False
 
 
 __all__ = ["error_response", "router"]

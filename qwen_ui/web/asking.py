@@ -11,12 +11,11 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI
-
 from qwen_ui.auth.principal import Principal
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed
 from qwen_ui.errors import EngineNotAvailable
+from qwen_ui.services import Services
 
 
 @dataclass
@@ -42,13 +41,12 @@ class _Record:
 
 
 async def ask_as(
-    app: FastAPI, principal: Principal, request: AskRequest
+    services: Services, principal: Principal, request: AskRequest
 ) -> AsyncGenerator[Event, None]:
     """Engine events for ``request``; raises QuotaExceeded before any work starts."""
-    engine = getattr(app.state, "engine", None)
-    if engine is None:
+    if not services.answering:
         raise EngineNotAvailable()
-    auth = app.state.auth
+    engine, auth = services.engine, services.auth
     await auth.quotas.count_question(principal)
     record = _Record(images=len(request.images))
     started = time.perf_counter()

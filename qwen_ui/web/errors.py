@@ -18,13 +18,16 @@ from qwen_ui.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from qwen_ui.services import maybe_services
 from qwen_ui.web.i18n import negotiate
 
 log = logging.getLogger(__name__)
 
 
 def error_response(request: Request, error: QwenUIError) -> JSONResponse:
-    lang = negotiate(request.headers.get("accept-language"), request.app.state.settings.language)
+    services = maybe_services(request.app)  # none yet: the browser's language decides
+    configured = services.settings.language if services is not None else "auto"
+    lang = negotiate(request.headers.get("accept-language"), configured)
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(error.retry_after)))

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from qwen_ui import __version__
 from qwen_ui.engine.status import EngineState
+from qwen_ui.services import ServicesDep
+from qwen_ui.state import unreachable
 
 router = APIRouter()
 
 
 @router.get("/healthz", include_in_schema=False)
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(services: ServicesDep) -> JSONResponse:
     """Never waits on the model, Redis or OSS; 503 only while the engine has failed."""
-    settings = request.app.state.settings
-    status = request.app.state.engine_status
+    settings, status = services.settings, services.status
     failed = status.state is EngineState.FAILED
-    body = {
+    body: dict[str, str | None] = {
         "status": "failed" if failed else "ok",
         "version": __version__,
         "model": settings.model_id,
@@ -30,14 +31,21 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 @router.get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> JSONResponse:
-    """200 only when the model is loaded and has answered once."""
-    status = request.app.state.engine_status
-    if status.is_ready:
-        return JSONResponse({"status": "ready", "engine": status.state.value})
-    body = {
-        "status": "not ready",
+async def readyz(services: ServicesDep) -> JSONResponse:
+    """200 only when the model is loaded and has answered once and every configured
+    dependency (the Redis state store) answers within ``readiness_timeout_s``."""
+    status = services.status
+    reasons = [] if status.is_ready else [f"engine: {status.not_ready_reason()}"]
+    state_problem = await unreachable(services.state, services.settings.readiness_timeout_s)
+    if state_problem is not None:
+        reasons.append(state_problem)
+    ready = not reasons
+    body: dict[str, object] = {
+        "ready": ready,
+        "status": "ready" if ready else "not ready",
         "engine": status.state.value,
-        "reason": status.not_ready_reason(),
     }
-    return JSONResponse(body, status_code=503)
+    if not ready:
+        body["reasons"] = reasons
+        body["reason"] = "; ".join(reasons)
+    return JSONResponse(body, status_code=200 if ready else 503)

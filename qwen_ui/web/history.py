@@ -20,6 +20,7 @@ from PIL import Image
 from qwen_ui.auth.principal import Principal
 from qwen_ui.engine.conversations import Conversation, ConversationStore, Summary
 from qwen_ui.engine.errors import ConversationNotFound
+from qwen_ui.services import maybe_services
 from qwen_ui.web.i18n import Lang, t
 
 Messages = list[dict[str, Any]]
@@ -27,8 +28,9 @@ IMAGE_DIR = Path(tempfile.gettempdir()) / "qwen-ui-conversations"
 
 
 def store_of(app: FastAPI) -> ConversationStore | None:
-    engine = getattr(app.state, "engine", None)
-    return None if engine is None else engine.conversations  # type: ignore[no-any-return]
+    """The engine's conversations; None before the services started."""
+    services = maybe_services(app)
+    return None if services is None else services.engine.conversations
 
 
 async def choices(app: FastAPI, principal: Principal, lang: Lang) -> list[tuple[str, str]]:

@@ -11,33 +11,36 @@ logged in.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from qwen_ui.auth import csrf
 from qwen_ui.auth.audit import request_id_from
 from qwen_ui.auth.errors import BadExpiration
-from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
+from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials
 from qwen_ui.auth.service import LoginAttempt
-from qwen_ui.auth.web import (
+from qwen_ui.errors import PayloadTooLarge, QwenUIError
+from qwen_ui.services import Services, ServicesDep
+from qwen_ui.web.auth import (
     CSRF_COOKIE,
     SESSION_COOKIE,
-    auth_service,
+    PrincipalDep,
     clear_cookie,
     read_cookie,
-    require_principal,
     safe_next,
     set_cookie,
 )
-from qwen_ui.errors import PayloadTooLarge, QwenUIError
 from qwen_ui.web.errors import error_response
 from qwen_ui.web.i18n import LANGS, Lang, negotiate
 from qwen_ui.web.login_page import LoginForm, render_login, render_logout, security_headers
 from qwen_ui.web.login_text import lt
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -46,18 +49,18 @@ MAX_FIELD_CHARS = 8192
 CSRF_MAX_AGE = 2 * 3600
 
 
-def page_lang(request: Request, chosen: str | None = None) -> Lang:
+def page_lang(request: Request, services: Services, chosen: str | None = None) -> Lang:
     if chosen in LANGS:
         return chosen  # type: ignore[return-value]
     query = request.query_params.get("lang")
     if query in LANGS:
         return query  # type: ignore[return-value]
-    configured = request.app.state.settings.language
+    configured = services.settings.language
     return negotiate(request.headers.get("accept-language"), configured)
 
 
-def _default_method(request: Request) -> str:
-    tenants = auth_service(request.app).registry.all()
+def _default_method(services: Services) -> str:
+    tenants = services.auth.registry.all()
     return "local" if any(t.kind == "local" for t in tenants) else "oss"
 
 
@@ -75,13 +78,14 @@ def _csrf_nonce(request: Request) -> tuple[str, bool]:
 
 def _form_page(
     request: Request,
+    services: Services,
     lang: Lang,
     form: LoginForm,
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> Response:
     nonce, fresh = _csrf_nonce(request)
-    token = csrf.token_for(auth_service(request.app).keys, nonce)
+    token = csrf.token_for(services.auth.keys, nonce)
     response = _html(render_login(lang, replace(form, csrf=token)), status, headers)
     if fresh:
         set_cookie(response, request, CSRF_COOKIE, nonce, max_age=CSRF_MAX_AGE)
@@ -89,17 +93,17 @@ def _form_page(
 
 
 @router.get("/login", include_in_schema=False)
-async def login_page(request: Request) -> Response:
-    lang = page_lang(request)
-    ui_path = request.app.state.settings.ui_path
+async def login_page(request: Request, services: ServicesDep) -> Response:
+    lang = page_lang(request, services)
+    ui_path = services.settings.ui_path
     form = LoginForm(
         csrf="",
         next=safe_next(request.query_params.get("next"), ui_path),
         tenant=request.query_params.get("tenant", "")[:64],
-        method=request.query_params.get("method") or _default_method(request),
+        method=request.query_params.get("method") or _default_method(services),
         notice=lt("logged_out", lang) if request.query_params.get("logged_out") else None,
     )
-    return _form_page(request, lang, form)
+    return _form_page(request, services, lang, form)
 
 
 def _field(form: Any, name: str) -> str:
@@ -141,13 +145,13 @@ def _wants_json(request: Request) -> bool:
 
 
 @router.post("/login", include_in_schema=False)
-async def login_submit(request: Request) -> Response:
+async def login_submit(request: Request, services: ServicesDep) -> Response:
     if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
         return error_response(request, PayloadTooLarge())
     form = await request.form(max_files=0, max_fields=20)
-    service = auth_service(request.app)
-    lang = page_lang(request, _field(form, "lang"))
-    target = safe_next(_field(form, "next"), request.app.state.settings.ui_path)
+    service = services.auth
+    lang = page_lang(request, services, _field(form, "lang"))
+    target = safe_next(_field(form, "next"), services.settings.ui_path)
     credentials = _credentials(form)
     try:
         csrf.check_origin(request.headers.get("origin"), request.headers.get("host"))
@@ -161,10 +165,13 @@ async def login_submit(request: Request) -> Response:
         )
         session_id, session = await service.login(attempt)
     except QwenUIError as error:
-        return _login_failed(request, lang, form, target, error)
+        return _login_failed(request, services, lang, form, target, error)
     old = read_cookie(request, SESSION_COOKIE)
     if old:
         await service.sessions.delete(old)
+        log.debug(
+            "login by %s replaced the browser's old session (new id)", session.principal.label
+        )
     root = request.scope.get("root_path", "") or ""
     response: Response = RedirectResponse(root + target, status_code=303)
     if _wants_json(request):
@@ -176,7 +183,7 @@ async def login_submit(request: Request) -> Response:
 
 
 def _login_failed(
-    request: Request, lang: Lang, form: Any, target: str, error: QwenUIError
+    request: Request, services: Services, lang: Lang, form: Any, target: str, error: QwenUIError
 ) -> Response:
     if _wants_json(request):
         return error_response(request, error)
@@ -193,23 +200,23 @@ def _login_failed(
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(error.retry_after)))
-    return _form_page(request, lang, shown, error.status, headers)
+    return _form_page(request, services, lang, shown, error.status, headers)
 
 
 @router.get("/logout", include_in_schema=False)
-async def logout_page(request: Request) -> Response:
-    lang = page_lang(request)
+async def logout_page(request: Request, services: ServicesDep) -> Response:
+    lang = page_lang(request, services)
     session_id = read_cookie(request, SESSION_COOKIE)
-    session = await auth_service(request.app).resolve(session_id)
+    session = await services.auth.resolve(session_id)
     if session is None or session_id is None:
         return RedirectResponse((request.scope.get("root_path", "") or "") + "/login", 303)
-    token = csrf.token_for(auth_service(request.app).keys, session_id)
+    token = csrf.token_for(services.auth.keys, session_id)
     return _html(render_logout(lang, token, session.principal.label))
 
 
 @router.post("/logout", include_in_schema=False)
-async def logout_submit(request: Request) -> Response:
-    service = auth_service(request.app)
+async def logout_submit(request: Request, services: ServicesDep) -> Response:
+    service = services.auth
     session_id = read_cookie(request, SESSION_COOKIE)
     form = await request.form(max_files=0, max_fields=5)
     csrf.check_origin(request.headers.get("origin"), request.headers.get("host"))
@@ -224,9 +231,7 @@ async def logout_submit(request: Request) -> Response:
 
 
 @router.get("/api/v1/me")
-async def whoami(
-    request: Request, principal: Annotated[Principal, Depends(require_principal)]
-) -> JSONResponse:
+async def whoami(request: Request, principal: PrincipalDep, services: ServicesDep) -> JSONResponse:
     """Who is calling; for a browser session also the CSRF token that logout needs."""
     body: dict[str, Any] = {
         "tenant": principal.tenant,
@@ -235,5 +240,5 @@ async def whoami(
     }
     session_id = read_cookie(request, SESSION_COOKIE)
     if principal.method != "token" and session_id:
-        body["logout_csrf"] = csrf.token_for(auth_service(request.app).keys, session_id)
+        body["logout_csrf"] = csrf.token_for(services.auth.keys, session_id)
     return JSONResponse(body, headers={"Cache-Control": "no-store"})

@@ -9,46 +9,43 @@ object's bytes (at most ``max_image_bytes``). Credentials that OSS no longer acc
 from __future__ import annotations
 
 import mimetypes
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from qwen_ui.auth.errors import SessionExpired
-from qwen_ui.auth.sessions import Session
-from qwen_ui.auth.web import auth_service, require_session
+from qwen_ui.services import ServicesDep
+from qwen_ui.web.auth import SessionDep
 
 router = APIRouter(prefix="/api/v1/oss")
 
 
 @router.get("/objects")
 async def list_objects(
-    request: Request,
-    current: Annotated[tuple[str, Session], Depends(require_session)],
+    services: ServicesDep,
+    current: SessionDep,
     folder: str = "",
     cursor: str | None = None,
     size: int = 50,
 ) -> JSONResponse:
     session_id, session = current
-    objects = auth_service(request.app).objects(session)
+    objects = services.auth.objects(session)
     try:
         page = await objects.list(folder, cursor, size)
     except SessionExpired:
-        await auth_service(request.app).sessions.delete(session_id)
+        await services.auth.sessions.delete(session_id)
         raise
     return JSONResponse(page.to_dict(), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/object")
-async def get_object(
-    request: Request, key: str, current: Annotated[tuple[str, Session], Depends(require_session)]
-) -> Response:
+async def get_object(services: ServicesDep, key: str, current: SessionDep) -> Response:
     session_id, session = current
-    objects = auth_service(request.app).objects(session)
+    objects = services.auth.objects(session)
     try:
         data = await objects.fetch(key)
     except SessionExpired:
-        await auth_service(request.app).sessions.delete(session_id)
+        await services.auth.sessions.delete(session_id)
         raise
     media = mimetypes.guess_type(key)[0] or "application/octet-stream"
     headers = {

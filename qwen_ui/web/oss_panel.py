@@ -27,8 +27,9 @@ from fastapi import FastAPI
 
 from qwen_ui.auth.errors import SessionExpired
 from qwen_ui.auth.oss_objects import ObjectPage
-from qwen_ui.auth.web import auth_service, session_from_gradio
 from qwen_ui.errors import QwenUIError
+from qwen_ui.services import services_of
+from qwen_ui.web.auth import session_from_gradio
 from qwen_ui.web.i18n import Lang, negotiate
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,11 @@ async def _call(app: FastAPI, request: gr.Request, work: Any) -> Any:
     lang = _lang(request)
     try:
         session_id, session = await session_from_gradio(app, request)
-        objects = auth_service(app).objects(session)
+        objects = services_of(app).auth.objects(session)
         try:
             return await work(objects)
         except SessionExpired:
-            await auth_service(app).sessions.delete(session_id)
+            await services_of(app).auth.sessions.delete(session_id)
             raise
     except QwenUIError as error:
         raise gr.Error(error.message(lang)) from None
@@ -129,7 +130,7 @@ async def attach(
     app: FastAPI, keys: list[str], message: dict[str, Any] | None, request: gr.Request
 ) -> dict[str, Any]:
     """The question box's value with the chosen objects appended (up to max_images)."""
-    limit = app.state.settings.max_images
+    limit = services_of(app).settings.max_images
     value = dict(message or {"text": "", "files": []})
     files = list(value.get("files") or [])
     for key in keys[: max(0, limit - len(files))]:

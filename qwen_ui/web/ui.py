@@ -1,4 +1,4 @@
-"""The Gradio Blocks UI: a thin client of the engine (``app.state.engine``).
+"""The Gradio Blocks UI: a thin client of the engine (on the app's services).
 
 Images and a question go in through a ``MultimodalTextbox``; the answer streams into a
 ``Chatbot`` under a collapsible stage message (``metadata.status`` pending → done) that
@@ -18,15 +18,16 @@ import gradio as gr
 from fastapi import FastAPI
 
 from qwen_ui.auth.principal import Principal
-from qwen_ui.auth.web import principal_from_gradio
 from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
+from qwen_ui.services import maybe_services, services_of
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
+from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.history import (
     choices,
     escape_markdown_html,
@@ -49,9 +50,9 @@ _FILL = "height:100%;background:var(--color-accent);transition:width .2s"
 
 def status_markdown(app: FastAPI, lang: Lang) -> str:
     """What exists right now: the configured model, whether it is installed, engine state."""
-    settings = app.state.settings
-    engine = app.state.engine_status
-    installed = app.state.store.is_installed(settings.model_id, settings.model_revision)
+    services = services_of(app)
+    settings, engine = services.settings, services.status
+    installed = services.store.is_installed(settings.model_id, settings.model_revision)
     state_text = t(f"engine_{engine.state.value}", lang)
     if engine.state is EngineState.FAILED and engine.reason:
         state_text += f": {engine.reason}"
@@ -60,7 +61,7 @@ def status_markdown(app: FastAPI, lang: Lang) -> str:
         f"`{settings.model_revision}` · {t('installed' if installed else 'not_installed', lang)}",
         f"**{t('engine', lang)}:** {state_text}",
     ]
-    if not getattr(app.state, "answering", False):
+    if not services.answering:
         lines.append(f"\n{t('no_engine', lang)}")
     return "\n\n".join(lines)
 
@@ -79,8 +80,7 @@ def logout_html(settings: Settings, lang: Lang) -> str:
     return f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
 
 
-def build_ui(app: FastAPI) -> gr.Blocks:
-    settings = app.state.settings
+def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
         # kept in the browser (localStorage), so a reload restores both
         lang = gr.BrowserState("", storage_key="qwen-ui-lang")
@@ -187,10 +187,10 @@ def build_ui(app: FastAPI) -> gr.Blocks:
             return await listing(request, current, conversation_id)
 
         async def on_delete(
-            conversation_id: str, current: Lang, request: gr.Request
+            conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
         ) -> dict[Any, Any]:
             controls.request(str(request.session_hash), "reset")
-            await _forget(app, conversation_id, request)
+            await _forget(app, conversation_id, shown, request)
             return await showing(request, current, "")
 
         controls = Controls()
@@ -243,7 +243,7 @@ def build_ui(app: FastAPI) -> gr.Blocks:
         for control in (chat.clear, delete.click):  # the trash icon deletes it too
             control(
                 on_delete,
-                [conversation, lang],
+                [conversation, chat, lang],
                 shown,
                 api_visibility="private",
                 concurrency_limit=None,
@@ -362,6 +362,8 @@ async def _answer(
     attached = False
     try:
         principal = principal_from_gradio(request)
+        if (uploads := services_of(app).uploads) is not None:
+            await uploads.check(principal, files)  # another principal's upload: not found
         conversation_id = conversation_id or await _new_conversation(app, principal)
         ask = AskRequest(
             tenant=principal.tenant,
@@ -371,7 +373,7 @@ async def _answer(
             conversation_id=conversation_id,
             lang=lang,
         )
-        async with aclosing(ask_as(app, principal, ask)) as events:
+        async with aclosing(ask_as(services_of(app), principal, ask)) as events:
             async for event in events:
                 _apply(event, stage, reply, lang)
                 attached = attached or _attached(event)
@@ -403,21 +405,28 @@ async def _answer(
     yield chat, box, progress_html(0.0), conversation_id, status_markdown(app, lang)
 
 
-async def _forget(app: FastAPI, conversation_id: str | None, request: gr.Request) -> None:
-    engine = getattr(app.state, "engine", None)
-    if engine is None or not conversation_id:
+async def _forget(
+    app: FastAPI, conversation_id: str | None, shown: Messages | None, request: gr.Request
+) -> None:
+    """Delete the principal's conversation, and let go of the uploads the chat showed."""
+    store = store_of(app)
+    if store is None or not conversation_id:
         return
     principal = principal_from_gradio(request)
-    await engine.conversations.delete(principal.label, conversation_id)
+    await store.delete(principal.label, conversation_id)
+    services = maybe_services(app)
+    if services is not None and services.uploads is not None:
+        paths = [_path_of(m["content"]) for m in normalize(shown) if _is_image(m)]
+        await services.uploads.forget(principal, paths)
 
 
 async def _new_conversation(app: FastAPI, principal: Principal) -> str | None:
     """A conversation stored before the first question, so that it keeps the images of a
     turn that is stopped or fails; None when there is no engine (the ask fails typed)."""
-    engine = getattr(app.state, "engine", None)
-    if engine is None:
+    store = store_of(app)
+    if store is None:
         return None
-    conversation = await engine.conversations.create(principal.tenant, principal.label)
+    conversation = await store.create(principal.tenant, principal.label)
     return str(conversation.id)
 
 
@@ -565,7 +574,7 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
         gr.update(value=t("stop", lang)),
         gr.update(value=t("new_chat", lang)),
-        gr.update(value=logout_html(app.state.settings, lang)),
+        gr.update(value=logout_html(services_of(app).settings, lang)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
         gr.update(label=t("history", lang)),

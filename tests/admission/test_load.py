@@ -25,10 +25,11 @@ from fastapi import FastAPI
 
 from qwen_ui.auth.principal import Principal
 from qwen_ui.auth.tenants import Limits, Tenant
-from qwen_ui.auth.web import SESSION_COOKIE, cookie_name
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
+from qwen_ui.web.auth import SESSION_COOKIE, cookie_name
 from tests.admission.conftest import TINY_ID, noise, tiny_settings
 from tests.conftest import free_port
 from tests.support import auth as auth_support
@@ -78,7 +79,7 @@ async def served(tmp_path: Path, tiny_model: Path) -> AsyncIterator[tuple[FastAP
 
 
 async def session_client(app: FastAPI, url: str, tenant: str) -> httpx.AsyncClient:
-    session_id, _ = await app.state.auth.sessions.create(Principal(tenant, "user"))
+    session_id, _ = await services_of(app).auth.sessions.create(Principal(tenant, "user"))
     client = httpx.AsyncClient(base_url=url, timeout=60)
     client.cookies.set(cookie_name(SESSION_COOKIE, False), session_id)
     return client
@@ -127,9 +128,9 @@ async def test_32_clients_of_2_tenants(served: tuple[FastAPI, str]) -> None:
     warm = await session_client(app, url, "alpha")
     assert await one_request(warm, [pictures[0]], False, []) == "done"  # loads the model
     await warm.aclose()
-    controller = app.state.admission.controller
+    controller = services_of(app).admission.controller
     question = AskRequest(tenant="alpha", question="What shapes are in these pictures?")
-    sized = [await app.state.admission.size(question, [(448, 448)] * n) for n in (1, 3)]
+    sized = [await services_of(app).admission.size(question, [(448, 448)] * n) for n in (1, 3)]
     controller.set_budget(int(2.5 * sized[1].estimate.total))  # two or three at a time
     seen: list[float] = []
 

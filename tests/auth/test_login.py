@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
 from tests.auth.conftest import (
     ACME,
@@ -83,7 +84,7 @@ WRONG = {
 
 def test_every_wrong_case_gets_the_same_answer(web: TestClient, oss: FakeOSS) -> None:
     answers = set()
-    clock = web.app.state.auth.clock  # type: ignore[attr-defined]
+    clock = services_of(web.app).auth.clock
     for name, (tenant, fields) in WRONG.items():
         clock.advance(3600)  # past any back-off: this test is about the answers
         response = submit(web, tenant, fields, lang="en")
@@ -136,7 +137,7 @@ def test_throttle_engages_then_releases(web: TestClient, auth_settings: Settings
     assert throttled.status_code == 429
     retry = int(throttled.headers["retry-after"])
     assert 1 <= retry <= auth_settings.login_backoff_s
-    web.app.state.auth.clock.advance(retry + 1)  # type: ignore[attr-defined]
+    services_of(web.app).auth.clock.advance(retry + 1)
     assert submit(web, "acme", oss_fields(ACME)).status_code == 303
 
 
@@ -147,7 +148,7 @@ def test_back_off_grows(web: TestClient, auth_settings: Settings) -> None:
         response = submit(web, "school", wrong)
         if response.status_code == 429:
             waits.append(int(response.headers["retry-after"]))
-            web.app.state.auth.clock.advance(waits[-1] + 1)  # type: ignore[attr-defined]
+            services_of(web.app).auth.clock.advance(waits[-1] + 1)
             response = submit(web, "school", wrong)
             assert response.status_code == 401
     response = submit(web, "school", wrong)
@@ -216,7 +217,7 @@ def test_login_gives_a_new_session_id(web: TestClient, secret_watch: SecretWatch
     second = session_cookie(web)
     secret_watch.add(first, second)
     assert first and second and first != second
-    auth = web.app.state.auth  # type: ignore[attr-defined]
+    auth = services_of(web.app).auth
     assert web.portal.call(auth.sessions.load, first) is None  # type: ignore[union-attr]
 
 

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.requests import Request
 
+from qwen_ui.services import services_of
 from qwen_ui.web.oss_panel import attach, list_page, panel_visible
 from tests.auth.conftest import (
     ACME,
@@ -77,7 +78,7 @@ def test_attach_refuses_other_tenants_keys(web: TestClient, secret_watch: Secret
 
 def test_attach_respects_max_images(web: TestClient, secret_watch: SecretWatch) -> None:
     request = login(web, secret_watch, "acme", oss_fields(ACME))
-    limit = web.app.state.settings.max_images  # type: ignore[attr-defined]
+    limit = services_of(web.app).settings.max_images
     full = {"text": "", "files": [f"/tmp/x{i}.png" for i in range(limit)]}
     value = web.portal.call(attach, web.app, ["acme/cat.png"], full, request)  # type: ignore[union-attr]
     assert len(value["files"]) == limit

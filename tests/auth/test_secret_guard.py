@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from qwen_ui.services import services_of
 from tests.auth.conftest import (
     ACME,
     ACME_STS,
@@ -42,7 +43,7 @@ def test_debug_lines_are_captured_during_a_login(
         "urllib3.connectionpool",
         "qwen_ui.auth.keys",
     } & loggers or "urllib3.connectionpool" in loggers
-    text = "\n".join(captured_lines(caplog.records, web.app.state.settings.home))  # type: ignore[attr-defined]
+    text = "\n".join(captured_lines(caplog.records, services_of(web.app).settings.home))
     for secret in (ACME_STS.secret, ACME_STS.sts_token or "", session_cookie(web) or "x" * 43):
         assert secret not in text
     assert ACME.secret not in text

@@ -9,10 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qwen_ui.auth.principal import Principal
-from qwen_ui.auth.web import principal_from_gradio, safe_next
 from qwen_ui.errors import Unauthorized
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
+from qwen_ui.web.auth import principal_from_gradio, safe_next
 from tests.auth.conftest import (
     ACME,
     ACME_STS,
@@ -119,7 +120,7 @@ def test_logged_in_browser_gets_the_ui(web: TestClient, secret_watch: SecretWatc
 def test_idle_timeout(web: TestClient, auth_settings: Settings, secret_watch: SecretWatch) -> None:
     submit(web, "school", local_fields("alice"))
     secret_watch.add(session_cookie(web))
-    clock = web.app.state.auth.clock  # type: ignore[attr-defined]
+    clock = services_of(web.app).auth.clock
     for _ in range(3):  # use keeps it alive past one idle period
         clock.advance(auth_settings.session_idle_s * 0.6)
         assert web.get("/api/v1/me").status_code == 200
@@ -132,7 +133,7 @@ def test_absolute_lifetime(
 ) -> None:
     submit(web, "school", local_fields("alice"))
     secret_watch.add(session_cookie(web))
-    clock = web.app.state.auth.clock  # type: ignore[attr-defined]
+    clock = services_of(web.app).auth.clock
     step = auth_settings.session_idle_s * 0.5
     elapsed = 0.0
     while elapsed + step < auth_settings.session_lifetime_s:
@@ -154,7 +155,7 @@ def test_logout_deletes_the_session_server_side(web: TestClient, secret_watch: S
     out = web.post("/logout", data={"csrf": me["logout_csrf"]})
     assert out.status_code == 303 and out.headers["location"] == "/login?logged_out=1"
     assert session_cookie(web) is None
-    auth = web.app.state.auth  # type: ignore[attr-defined]
+    auth = services_of(web.app).auth
     assert web.portal.call(auth.sessions.load, session_id) is None  # type: ignore[union-attr]
     web.cookies.set("qwen_session", session_id or "")  # replaying the old cookie fails
     assert web.get("/api/v1/me").status_code == 401
@@ -165,7 +166,7 @@ def test_sts_expiry_ends_the_session(
 ) -> None:
     assert submit(web, "acme", oss_fields(ACME_STS)).status_code == 303
     secret_watch.add(session_cookie(web))
-    clock = web.app.state.auth.clock  # type: ignore[attr-defined]
+    clock = services_of(web.app).auth.clock
     clock.advance(auth_settings.sts_recheck_s + 1)
     assert web.get("/api/v1/me").status_code == 200  # re-checked, still valid
     oss.keys[ACME_STS.key_id].expires_at = oss.now() - 1
@@ -181,7 +182,7 @@ def test_sts_session_survives_an_oss_outage(
     submit(web, "acme", oss_fields(ACME_STS))
     secret_watch.add(session_cookie(web))
     oss.stop()
-    web.app.state.auth.clock.advance(auth_settings.sts_recheck_s + 1)  # type: ignore[attr-defined]
+    services_of(web.app).auth.clock.advance(auth_settings.sts_recheck_s + 1)
     assert web.get("/api/v1/me").status_code == 200
 
 
@@ -233,7 +234,7 @@ def test_known_sts_expiration_caps_the_session(
 ) -> None:
     from datetime import UTC, datetime
 
-    clock = web.app.state.auth.clock  # type: ignore[attr-defined]
+    clock = services_of(web.app).auth.clock
     soon = datetime.fromtimestamp(clock() + 120, UTC).isoformat().replace("+00:00", "Z")
     response = submit(web, "acme", oss_fields(ACME_STS), sts_expiration=soon)
     assert response.status_code == 303

@@ -1,4 +1,4 @@
-"""Running a ``bench/`` script's ``main`` in-process, as its command line would."""
+"""Running a ``bench/`` or ``training/`` script's ``main`` in-process, as its command does."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def run_main(script: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    """``bench/<script>.py``'s ``main(argv)``, which must return 0; its JSON on stdout."""
-    sys.path.insert(0, str(BENCH))
+def run_main(
+    script: str, argv: list[str], capsys: pytest.CaptureFixture[str], folder: Path = BENCH
+) -> dict[str, object]:
+    """``<folder>/<script>.py``'s ``main(argv)``, which must return 0; its JSON on stdout."""
+    sys.path.insert(0, str(folder))
     try:
-        spec = importlib.util.spec_from_file_location(script, BENCH / f"{script}.py")
+        spec = importlib.util.spec_from_file_location(script, folder / f"{script}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         assert module.main(argv) == 0
     finally:
-        sys.path.remove(str(BENCH))
+        sys.path.remove(str(folder))
     return dict(json.loads(capsys.readouterr().out))

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from qwen_ui.demo import names, scenes
+from qwen_ui.demo import scenes
 from qwen_ui.demo.answer import answer_batch, load_bf16, load_processor
 from qwen_ui.demo.awq_ref import load_awq_dequantized
 from qwen_ui.demo.install import weights_dir
+from training import names
 
 pytestmark = pytest.mark.slow
 

@@ -25,8 +25,8 @@ from transformers import (
 )
 
 from qwen_ui.demo import awq_format
-from qwen_ui.demo.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 from qwen_ui.engine.awq import AWQ_ORDER
+from training.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 
 # The Qwen pre-tokenizer split, special tokens and chat template: the same as the demo's.
 QWEN_PATTERN = QWEN_SPLIT

@@ -11,7 +11,8 @@ from qwen_ui.auth import tenants as tenants_file
 from qwen_ui.auth.passwords import hash_password
 from qwen_ui.auth.principal import OSSCredentials, Principal
 from qwen_ui.auth.tenants import Tenant, TenantsFile
-from qwen_ui.auth.web import SESSION_COOKIE, cookie_name
+from qwen_ui.services import services_of
+from qwen_ui.web.auth import SESSION_COOKIE, cookie_name
 
 TEST_PASSWORD = "correct-horse-battery-staple"
 
@@ -43,16 +44,22 @@ def log_in(
     principal: Principal | None = None,
     credentials: OSSCredentials | None = None,
 ) -> str:
-    """Open a session for ``principal`` (its tenant must exist) and set the cookie on the
-    client; returns the session id. The login form itself is tested in tests/auth."""
+    """Open a session for ``principal`` (its tenant must exist) and set the cookie (and the
+    page's own Origin) on the client; returns the session id. The login form itself is
+    tested in tests/auth."""
     app = client.app
     principal = principal or Principal("demo", "demo")
-    if principal.method == "password" and app.state.auth.registry.get(principal.tenant) is None:  # type: ignore[attr-defined]
+    if (
+        principal.method == "password"
+        and services_of(app).auth.registry.get(principal.tenant) is None
+    ):
         add_tenants(
-            app.state.settings.tenants_path, local_tenant(principal.tenant, (principal.user,))
+            services_of(app).settings.tenants_path,
+            local_tenant(principal.tenant, (principal.user,)),
         )  # type: ignore[attr-defined]
-    sessions = app.state.auth.sessions  # type: ignore[attr-defined]
+    sessions = services_of(app).auth.sessions
     session_id, _session = client.portal.call(sessions.create, principal, credentials)  # type: ignore[union-attr]
     https = str(client.base_url).startswith("https")
     client.cookies.set(cookie_name(SESSION_COOKIE, https), session_id)
+    client.headers["origin"] = str(client.base_url).rstrip("/")  # as a browser's page does
     return str(session_id)

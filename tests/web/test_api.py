@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model
@@ -109,7 +110,7 @@ def test_another_user_of_the_tenant_gets_404(api_client: TestClient) -> None:
     from qwen_ui.auth.principal import Principal
 
     done = lines(post(api_client, "What?", [png()]))[-1]
-    settings = api_client.app.state.settings  # type: ignore[attr-defined]
+    settings = services_of(api_client.app).settings
     add_tenants(settings.tenants_path, local_tenant("demo", ("demo", "bob")))
     log_in(api_client, Principal("demo", "bob"))
     response = post(api_client, "And?", [], conversation_id=str(done["conversation_id"]))
@@ -157,7 +158,7 @@ def test_preload_loads_at_start_up(tmp_path: Path, tiny_model: Path) -> None:
         while client.get("/healthz").json()["engine"] != "ready":
             assert time.monotonic() < deadline, "preload never finished"
             time.sleep(0.05)
-        assert client.app.state.engine.pipelines.is_loaded  # type: ignore[attr-defined]
+        assert services_of(client.app).engine.pipelines.is_loaded
 
 
 def test_first_question_installs_the_shipped_demo(tmp_path: Path) -> None:
@@ -167,7 +168,7 @@ def test_first_question_installs_the_shipped_demo(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", model_revision="awq", max_new_tokens=4)
     assert "awq" in shipped_revisions()
     with TestClient(create_app(settings)) as client:
-        store = client.app.state.store  # type: ignore[attr-defined]
+        store = services_of(client.app).store
         assert not store.is_installed(DEMO_MODEL_ID, "awq")  # nothing happens at start-up
         log_in(client)
         events = lines(post(client, "How many shapes are there?", [png()]))

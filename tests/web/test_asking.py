@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from qwen_ui.auth.tenants import Limits
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model
@@ -38,7 +39,7 @@ def api_client(tmp_path: Path, tiny_model: Path) -> Iterator[TestClient]:
 
 
 def questions(client: TestClient) -> list[dict[str, Any]]:
-    audit = client.app.state.auth.audit.path  # type: ignore[attr-defined]
+    audit = services_of(client.app).auth.audit.path
     lines = [json.loads(line) for line in audit.read_text().splitlines()]
     return [line for line in lines if line["event"] == "question"]
 
@@ -54,7 +55,7 @@ def test_one_audit_line_per_question_with_outcome(api_client: TestClient) -> Non
     assert answered["timings"]["total"] > 0
     assert failed["outcome"] == "failed:image_unsupported"
     assert answered["request_id"] != failed["request_id"]
-    text = api_client.app.state.auth.audit.path.read_text()  # type: ignore[attr-defined]
+    text = services_of(api_client.app).auth.audit.path.read_text()
     assert "What shape" not in text  # never the question, never image bytes
 
 

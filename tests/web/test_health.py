@@ -6,7 +6,9 @@ from fastapi.testclient import TestClient
 
 from qwen_ui import __version__
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
+from tests.support.auth import log_in
 
 
 def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> None:
@@ -22,7 +24,7 @@ def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> 
 
 
 def test_healthz_503_only_when_engine_failed(client: TestClient) -> None:
-    status = client.app.state.engine_status  # type: ignore[attr-defined]
+    status = services_of(client.app).status
     status.loading()
     assert client.get("/healthz").status_code == 200
     status.failed("model not installed")
@@ -43,14 +45,16 @@ def test_healthz_does_not_touch_redis(home) -> None:  # type: ignore[no-untyped-
 
 
 def test_readyz_needs_loaded_model_that_answered(client: TestClient) -> None:
-    status = client.app.state.engine_status  # type: ignore[attr-defined]
+    status = services_of(client.app).status
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "not loaded" in response.json()["reason"]
+    assert response.json()["ready"] is False
+    assert response.json()["reasons"] == ["engine: " + status.not_ready_reason()]
     status.ready()
     assert client.get("/readyz").status_code == 503
     status.record_answer()
-    assert client.get("/readyz").json() == {"status": "ready", "engine": "ready"}
+    assert client.get("/readyz").json() == {"ready": True, "status": "ready", "engine": "ready"}
 
 
 def test_metrics_exposes_routes_and_engine_state(client: TestClient) -> None:
@@ -90,6 +94,44 @@ def test_error_messages_follow_accept_language(home) -> None:  # type: ignore[no
 
 def test_unknown_route_uses_the_one_error_shape(home) -> None:  # type: ignore[no-untyped-def]
     with TestClient(create_app(Settings(home=home, ui_path="/ui"))) as client:
+        assert client.get("/no-such-page").json()["error"]["code"] == "unauthorized"
+        log_in(client)  # anonymous callers learn nothing of the routes (web/guard.py)
         response = client.get("/no-such-page")
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"
+
+
+def test_readyz_names_an_unreachable_redis_within_its_timeout(home) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from tests.conftest import free_port
+
+    settings = Settings(home=home, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    with TestClient(create_app(settings)) as client:
+        status = services_of(client.app).status
+        status.ready()
+        status.record_answer()
+        started = time.monotonic()
+        response = client.get("/readyz")
+        assert time.monotonic() - started < settings.readiness_timeout_s + 0.5
+        assert response.status_code == 503
+        assert response.json()["reasons"] == ["state: redis unreachable"]
+
+
+def test_readyz_is_bounded_when_redis_hangs(home) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import time
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
+    port = silent.getsockname()[1]
+    settings = Settings(home=home, redis_url=f"redis://127.0.0.1:{port}/0")
+    try:
+        with TestClient(create_app(settings)) as client:
+            started = time.monotonic()
+            assert client.get("/healthz").status_code == 200
+            response = client.get("/readyz")
+            assert time.monotonic() - started < settings.readiness_timeout_s + 0.5
+            assert response.status_code == 503
+            assert "state: redis unreachable" in response.json()["reasons"]
+    finally:
+        silent.close()

@@ -10,7 +10,9 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
+from qwen_ui.web.auth import SESSION_COOKIE
 from qwen_ui.web.i18n import negotiate
 from qwen_ui.web.theme import ThemeNotFound, load_theme
 from qwen_ui.web.ui import PAGE_TITLE, status_markdown
@@ -70,6 +72,8 @@ def test_proxy_scheme_from_trusted_peer_only(home: Path, trusted: str, scheme: s
 
     app.add_api_route("/_scheme", seen_scheme)
     with TestClient(app) as client:
+        session_id = log_in(client)  # every route but a few needs a session (web/guard.py)
+        client.cookies.set("__Host-" + SESSION_COOKIE, session_id)
         assert client.get("/_scheme", headers={"X-Forwarded-Proto": "https"}).json() == scheme
 
 
@@ -106,7 +110,7 @@ def test_status_says_honestly_what_exists(client: TestClient, settings: Settings
 
 
 def test_status_reports_installed_model(client: TestClient, settings: Settings) -> None:
-    ref = client.app.state.store.ref_path(settings.model_id, settings.model_revision)  # type: ignore[attr-defined]
+    ref = services_of(client.app).store.ref_path(settings.model_id, settings.model_revision)
     ref.parent.mkdir(parents=True)
     ref.write_text("0" * 64)
     assert "· installed" in status_markdown(client.app, "en")  # type: ignore[arg-type]

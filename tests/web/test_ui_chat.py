@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
 from qwen_ui.web.ui import _stopped, answer, progress_html
 from tests.engine.conftest import TINY_ID, png, tiny_settings
@@ -201,7 +202,7 @@ async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[tup
 async def test_stop_ends_the_answer_and_cancels_the_work(chat_app: FastAPI, tmp_path: Path) -> None:
     from qwen_ui.engine.engine import Engine
 
-    engine: Engine = chat_app.state.engine
+    engine: Engine = services_of(chat_app).engine
     updates = await stop_after_tokens(chat_app, tmp_path, "stop")
     chat = updates[-1][0]
     assert chat[-2]["metadata"] == {"title": "Stopped", "status": "done"}

@@ -1,0 +1,114 @@
+"""Reading a request body under the rules of :class:`~qwen_ui.web.guard.RequestGuard`.
+
+:class:`BodyReader` wraps an ASGI ``receive``: each piece of the body must arrive within
+``body_read_timeout_s`` (else 408), the body may not outgrow ``max_request_bytes`` (413,
+whatever ``Content-Length`` claimed, chunked bodies included), and a multipart body must
+end with its closing boundary (else 400: a truncated body must not lose a part silently).
+On a violation the error response is sent at once through ``reject`` and
+:class:`BodyRejected` is raised into the app, which stops parsing (its temporary files go
+with the parser); the guard swallows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from starlette.datastructures import Headers
+from starlette.types import Message, Receive
+
+from qwen_ui.errors import MalformedBody, QwenUIError, RequestTimeout, RequestTooLarge
+
+Reject = Callable[[QwenUIError], Awaitable[None]]
+MiB = 1024 * 1024
+
+
+class BodyRejected(Exception):
+    """Raised into the app after the guard answered the request with ``error``."""
+
+    def __init__(self, error: QwenUIError) -> None:
+        super().__init__(error.code)
+        self.error = error
+
+
+def too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(limit_mb=f"{limit / MiB:.1f}")
+
+
+def declared_length(headers: Headers) -> int | None:
+    """``Content-Length`` as a number; None when absent (chunked) or unreadable."""
+    value = headers.get("content-length")
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+def multipart_closing(headers: Headers) -> bytes | None:
+    """The closing delimiter (``--BOUNDARY--``) of a multipart body, None for other bodies.
+    A multipart body without a boundary parameter is malformed from the start."""
+    kind, _, params = headers.get("content-type", "").partition(";")
+    if kind.strip().lower() != "multipart/form-data":
+        return None
+    for param in params.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.strip().lower() == "boundary" and value.strip('"'):
+            return b"--" + value.strip('"').encode("latin-1") + b"--"
+    raise MalformedBody()
+
+
+class BodyReader:
+    """The guarded ``receive`` of one request."""
+
+    def __init__(
+        self,
+        receive: Receive,
+        reject: Reject,
+        *,
+        limit: int,
+        timeout_s: float,
+        closing: bytes | None,
+    ) -> None:
+        self._receive = receive
+        self._reject = reject
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.closing = closing
+        self.size = 0
+        self.complete = False
+        self._tail = b""
+        self._closed_seen = closing is None
+
+    async def __call__(self) -> Message:
+        if self.complete:  # the body is in: what is left is waiting for a disconnect
+            return await self._receive()
+        try:
+            message = await asyncio.wait_for(self._receive(), self.timeout_s)
+        except TimeoutError:
+            await self._fail(RequestTimeout(seconds=f"{self.timeout_s:g}"))
+        if message["type"] != "http.request":
+            self.complete = True
+            return message
+        await self._take(message.get("body", b""), bool(message.get("more_body", False)))
+        return message
+
+    async def _take(self, chunk: bytes, more: bool) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            await self._fail(too_large(self.limit))
+        self._watch_closing(chunk)
+        if not more:
+            self.complete = True
+            if not self._closed_seen:
+                await self._fail(MalformedBody())
+
+    def _watch_closing(self, chunk: bytes) -> None:
+        if self._closed_seen or self.closing is None or not chunk:
+            return
+        window = self._tail + chunk
+        self._closed_seen = self.closing in window
+        self._tail = window[-(len(self.closing) - 1) :]
+
+    async def _fail(self, error: QwenUIError) -> None:
+        self.complete = True
+        await self._reject(error)
+        raise BodyRejected(error)

@@ -1,0 +1,138 @@
+"""Where a demo-model training step's time goes (``training.train``): wall time per
+step and the share spent waiting for data, the host synchronisations a step makes (CUDA's
+sync debug mode, grouped by the calling line), and ``torch.profiler`` kernel categories.
+
+    python training/profile_train.py                    # on the GPU, the shipped weights
+    python training/profile_train.py --device cpu --batch 4 --workers 0 --max-pixels 28224 \
+        --warmup 1 --steps 2                         # CPU dry run
+
+A training step of this 12 M-parameter model ran at 7.4-7.8 steps/s of 160 samples on the
+H200 with the loader waiting 5 % of the time (docs/demo-model.md), so the step itself is
+the limit: this says whether launches, host syncs or kernels set it. Prints one JSON
+document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from bench._profiling import device_events, profile_parser, provenance, summarise
+from training import train
+
+log = logging.getLogger("profile_train")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p: argparse.ArgumentParser = profile_parser(__doc__)
+    p.add_argument("--init", type=Path, default=train.WEIGHTS)
+    p.add_argument("--batch", type=int, default=160)
+    p.add_argument("--workers", type=int, default=14)
+    p.add_argument("--max-pixels", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=20)
+    return p.parse_args(argv)
+
+
+def training_args(args: argparse.Namespace, out: str) -> argparse.Namespace:
+    """train.py's own options (and defaults) for this run."""
+    argv = ["--out", out, "--batch", str(args.batch), "--workers", str(args.workers)]
+    argv += ["--device", args.device, "--init", str(args.init)]
+    if args.max_pixels:
+        argv += ["--max-pixels", str(args.max_pixels)]
+    return train.parse_args(argv)
+
+
+class Steps:
+    """The training run's pieces, as ``train.run`` builds them, stepped one by one."""
+
+    def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
+        self.device = device
+        self.model = train.build_model(device, args.init)
+        self.attention = train.PaddedAttention(self.model)
+        self.attention.enable(True)
+        hidden = self.model.config.text_config.hidden_size
+        self.aux = train.AuxHead(
+            hidden, args.aux_weight, args.relation_weight, args.rank_weight
+        ).to(device)
+        self.opt = train.make_optimizer(self.model, 1e-4, args.weight_decay, self.aux)
+        self.batches = iter(train.scene_loader(args, device))
+        self.model.train()
+
+    def run(self, n: int) -> tuple[float, float]:
+        """``n`` steps; (wall seconds, seconds spent waiting for batches)."""
+        wait = 0.0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            t1 = time.perf_counter()
+            batch = train.to_device(next(self.batches), self.device)
+            wait += time.perf_counter() - t1
+            train.train_step(self.model, self.opt, batch, self.attention, self.aux)
+        self.sync()
+        return time.perf_counter() - t0, wait
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def host_syncs(steps: Steps, n: int) -> dict[str, Any] | None:
+    """Synchronising CUDA calls in ``n`` steps, by calling line (None off CUDA)."""
+    if steps.device.type != "cuda":
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            steps.run(n)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    where = Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught)
+    return {
+        "per_step": round(sum(where.values()) / n, 1),
+        "by_line": [{"where": k, "per_step": v / n} for k, v in where.most_common(12)],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True  # as train.run sets it
+    with tempfile.TemporaryDirectory() as out:
+        steps = Steps(training_args(args, out), device)
+        steps.run(args.warmup)
+        wall, wait = steps.run(args.steps)
+        syncs = host_syncs(steps, 2)
+        activities = [ProfilerActivity.CPU]
+        activities += [ProfilerActivity.CUDA] if device.type == "cuda" else []
+        with profile(activities=activities) as prof:
+            steps.run(args.steps)
+    result = {
+        **provenance("training/profile_train.py", argv, device),
+        "batch": args.batch,
+        "workers": args.workers,
+        "steps_per_s": round(args.steps / wall, 2),
+        "samples_per_s": round(args.steps * args.batch / wall, 1),
+        "data_wait_share": round(wait / wall, 3),
+        "host_syncs": syncs,
+        **summarise(device_events(prof, device), args.steps),
+    }
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""``training/profile_train.py`` runs a few demo-model training steps on the CPU and reports
+their pace, the data wait and the operators' time (host syncs are CUDA-only: none here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.support import run_main
+from training.tests.support import TRAINING
+
+
+@pytest.mark.slow
+def test_training_steps_are_profiled(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--device", "cpu", "--batch", "2", "--workers", "0", "--max-pixels", "28224"]
+    result = run_main("profile_train", [*argv, "--warmup", "1", "--steps", "1"], capsys, TRAINING)
+    assert float(str(result["steps_per_s"])) > 0
+    assert 0 <= float(str(result["data_wait_share"])) < 1
+    assert result["host_syncs"] is None
+    categories = result["by_category"]
+    assert isinstance(categories, dict) and categories["bf16 matmul"]["calls_per_step"] > 0

@@ -445,7 +445,7 @@ def _kept_input(text: str | None, files: list[str], attached: bool) -> Any:
     take go back into it (with the text, when the submit was refused)."""
     back = [] if attached else files
     if not text and not back:
-        return gr.update(value=None, interactive=True)
+        return gr.update(interactive=True)  # whatever was typed meanwhile stays
     return gr.update(value={"text": text or "", "files": back}, interactive=True)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.engine.conftest import png
 from tests.support.browser import chromium, log_in_page
@@ -71,10 +72,23 @@ def chat_text(page: Page) -> str:
 
 
 def wait_text(page: Page, text: str, timeout: float = 60_000) -> None:
+    try:
+        page.wait_for_function(
+            "t => document.querySelector('#qwen-chat').innerText.includes(t)",
+            arg=text,
+            timeout=timeout,
+        )
+    except PlaywrightTimeout:
+        pytest.fail(f"{text!r} never shown; the chat says:\n{chat_text(page)}")
+
+
+def settled(page: Page) -> None:
+    """The turn's last step ran (it lists the conversation in the sidebar): the box
+    submits again."""
     page.wait_for_function(
-        "t => document.querySelector('#qwen-chat').innerText.includes(t)",
-        arg=text,
-        timeout=timeout,
+        "() => document.querySelectorAll('#qwen-history label').length > 0"
+        " && !document.querySelector('#qwen-question textarea').disabled",
+        timeout=30_000,
     )
 
 
@@ -95,11 +109,11 @@ def test_stop_keeps_the_images_and_the_same_question_sees_them(
     wait_text(page, "Encoding image")
     stop(page, 0)
     assert chat_images(page) == 2  # still shown: the conversation still holds them
-    page.wait_for_function(
-        "!document.querySelector('#qwen-question textarea').disabled", timeout=10_000
-    )
+    settled(page)
     send(page, "Which image is red?")  # no re-attaching
-    wait_text(page, "Encoding image 2/2 (cached)")
+    # image 1 was encoded before the stop took effect; both are in the prompt again
+    wait_text(page, "Encoding image 1/2 (cached)")
+    wait_text(page, "Encoding image 2/2")
     page.wait_for_selector("#qwen-chat >> text=Answering", timeout=60_000)
     stop(page, 1)
     assert chat_images(page) == 2
@@ -111,9 +125,7 @@ def test_image_only_submit_then_a_question(page: Page, tmp_path: Path) -> None:
     page.press("#qwen-question textarea", "Enter")
     wait_text(page, "Please type a question.")
     assert chat_images(page) == 2
-    page.wait_for_function(
-        "!document.querySelector('#qwen-question textarea').disabled", timeout=10_000
-    )
+    settled(page)
     send(page, "Which one is red?")
     wait_text(page, "Encoding image 2/2")
     wait_text(page, "Answering")

@@ -40,9 +40,14 @@ TEXT: dict[str, dict[Lang, str]] = {
     "new_chat": {"en": "New conversation", "zh": "新对话"},
     "logout": {"en": "Log out", "zh": "退出登录"},
     "working": {"en": "Working…", "zh": "处理中……"},
+    # "token" in Chinese for a classroom: 字词 (words and characters), not the jargon 词元
     "done_in": {
         "en": "Done in {seconds} s · {tokens} tokens",
-        "zh": "完成，用时 {seconds} 秒 · {tokens} 个词元",
+        "zh": "完成，用时 {seconds} 秒 · 共 {tokens} 个字词",
+    },
+    "done_in_one": {
+        "en": "Done in {seconds} s · 1 token",
+        "zh": "完成，用时 {seconds} 秒 · 共 1 个字词",
     },
     "failed": {"en": "Failed", "zh": "失败"},
     "stopped": {"en": "Stopped", "zh": "已停止"},

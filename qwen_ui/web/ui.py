@@ -476,10 +476,11 @@ def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lan
         reply["content"] += event.text
     elif isinstance(event, Done):
         meta["status"] = "done"
-        meta["title"] = t("done_in", lang).format(
+        # one duration, in one format (Gradio's own "(0.5s)" beside it is not set)
+        key = "done_in_one" if event.completion_tokens == 1 else "done_in"
+        meta["title"] = t(key, lang).format(
             seconds=f"{event.timings.get('total', 0.0):.1f}", tokens=event.completion_tokens
         )
-        meta["duration"] = event.timings.get("total", 0.0)
         reply["content"] = event.answer
         if event.images_seen == 0:
             reply["content"] += f"\n\n*{t('no_image_used', lang)}*"

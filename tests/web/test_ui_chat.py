@@ -134,6 +134,19 @@ async def test_user_text_is_not_rendered_as_html(chat_app: FastAPI) -> None:
     assert "No image was used" in chat[-1]["content"]
 
 
+def test_done_title_says_one_token_and_one_duration() -> None:
+    from qwen_ui.engine.events import Done
+    from qwen_ui.web.ui import _apply
+
+    stage: dict[str, Any] = {"content": "", "metadata": {"title": "", "status": "pending"}}
+    reply: dict[str, Any] = {"content": ""}
+    done = Done("yes", "c1", 10, 1, 1, 0, "stop", {"total": 0.5}, images_seen=1)
+    _apply(done, stage, reply, "en")
+    assert stage["metadata"] == {"title": "Done in 0.5 s · 1 token", "status": "done"}
+    _apply(done, stage, reply, "zh")
+    assert "词元" not in stage["metadata"]["title"] and "1 个字词" in stage["metadata"]["title"]
+
+
 def test_stop_closes_the_pending_stage() -> None:
     history = [
         {

@@ -24,6 +24,7 @@ from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.service import AuthService
 from qwen_ui.demo.install import DemoInstallingStore
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.errors import NotStarted
@@ -81,13 +82,17 @@ class Services:
         except BaseException:
             await state.close()
             raise
-        engine = Engine(
-            settings, store, state, status=status, metrics=EngineMetrics(metrics.registry)
-        )
         admission = build_admission(
-            settings, lambda: engine, AdmissionMetrics(metrics.registry), auth.tenant_limit
+            settings, placement(settings), AdmissionMetrics(metrics.registry), auth.tenant_limit
         )
-        engine.admission = admission
+        engine = Engine(
+            settings,
+            store,
+            state,
+            status=status,
+            metrics=EngineMetrics(metrics.registry),
+            admission=admission,
+        )
         engine.start()
         services = cls(settings, metrics, status, store, state, auth, admission, engine)
         if settings.preload:

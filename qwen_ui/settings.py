@@ -29,8 +29,8 @@ def default_home() -> Path:
 
 
 def default_themes_dir() -> Path:
-    """The ``themes/`` folder of the source tree this package runs from."""
-    return Path(__file__).resolve().parent.parent / "themes"
+    """The ``themes/`` folder shipped inside the package."""
+    return Path(__file__).resolve().parent / "themes"
 
 
 class Settings(BaseSettings):
@@ -120,10 +120,10 @@ class Settings(BaseSettings):
         256,
         ge=0,
         description="AWQ models: prompts of more tokens than this run each int4 layer on a "
-        "weight dequantized for that call (the int4 kernel is slow at large batch: 7B time to "
-        "first token 110-119 ms instead of 550 on an H200). On CUDA it reads the kernel's own "
-        "weight, and the first such prompt compiles the prefill's kernels (once per process); "
-        "on the CPU it keeps AWQ's tensors beside it (4 bits more per weight). 0 = off.",
+        "weight dequantized for that call instead of the int4 kernel, which is slow at large "
+        "batch. On CUDA it reads the kernel's own weight, and the first such prompt compiles "
+        "the prefill's kernels (once per process); on the CPU it keeps AWQ's tensors beside "
+        "it (4 bits more per weight). 0 = off.",
     )
     fuse_projections: bool = Field(
         True,
@@ -149,7 +149,7 @@ class Settings(BaseSettings):
         description="With a static cache on CUDA, replay the language model's prefill of "
         "prompts of up to this many tokens from CUDA graphs recorded per 64-token length "
         "bucket (the first prompt of a bucket records it, about two eager passes): one "
-        "launch instead of hundreds (7B, one cached 1024x768 image: docs/BENCHMARKS.md). "
+        "launch instead of hundreds. "
         "Their shared memory pool and staging buffers are kept out of the request budget. "
         "0 = off; ignored on the CPU.",
     )
@@ -377,7 +377,7 @@ def _type_name(annotation: Any) -> str:
 
 def _default_text(name: str, info: Any) -> str:
     if info.default_factory is not None:
-        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<source>/themes"}.get(
+        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<package>/themes"}.get(
             name, "(computed)"
         )
     return "" if info.default is None else str(info.default)

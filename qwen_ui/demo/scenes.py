@@ -15,12 +15,13 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from PIL import Image, ImageDraw
 
-Lang = Literal["en", "zh"]
-LANGS: tuple[Lang, ...] = ("en", "zh")
+from qwen_ui.lang import LANGS as LANGS  # the demo's modules name them scenes.*
+from qwen_ui.lang import Lang as Lang
+
 HELD_OUT_BASE = 10**12
 
 SHAPES = ("circle", "square", "triangle", "star")

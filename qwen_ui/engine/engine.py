@@ -1,15 +1,20 @@
 """``Engine.ask(request) -> AsyncIterator[Event]``: images in, stage events and tokens out.
 
-The asyncio side checks the input, decodes images (in threads), looks embeddings up in the
-cache and enters the admission seam; the worker thread loads the model when needed,
-encodes cache misses, builds the prompt and generates. Closing the iterator (a client that
-went away) cancels the job: the worker stops within one decoding step and drops the
-request's KV cache.
+The asyncio side checks the input, reads the conversation once, decodes images (in
+threads), computes the request's shape once (:class:`~qwen_ui.engine.shapes.AskShape`:
+text tokens, the sizes of the earlier and the new images) and hands it to admission as
+plain data, looks embeddings up in the cache and holds admission's reservation around
+the work; the worker thread loads the model when needed, encodes cache misses, builds the
+prompt and generates. Admission never calls back into the engine: it is told the model's
+facts (once per snapshot) and the weights' resident bytes (once loaded). Closing the
+iterator (a client that went away) cancels the job: the worker stops within one decoding
+step and drops the request's KV cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import time
@@ -20,10 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import torch
 from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.box_mapping import locate_answer
+from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import (
     Conversation,
@@ -42,6 +50,7 @@ from qwen_ui.engine.errors import (
     QuestionTooLong,
 )
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
+from qwen_ui.engine.facts import ServedModel, placement, read_model
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -55,6 +64,7 @@ from qwen_ui.engine.generate import (
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
 from qwen_ui.engine.prefill_graphs import PrefillGraphs
+from qwen_ui.engine.shapes import AskShape, Fit, ModelFacts, Size
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.engine.worker import Job, Worker
 from qwen_ui.errors import QwenUIError
@@ -119,6 +129,9 @@ class WorkResult:
     prompt_tokens: int
     new_embeddings: list[tuple[CacheKey, Embedding]]
     timings: dict[str, float]
+    grids: list[tuple[int, int, int]] = field(default_factory=list)  # the prompt's images
+    family: Family | None = None  # the model's box format
+    patch: int = 14  # the vision tower's patch side in pixels
 
 
 class QueueReport(Protocol):
@@ -127,21 +140,34 @@ class QueueReport(Protocol):
     def __call__(self, ahead: int, wait_s: float = 0.0) -> None: ...
 
 
-# (request, decoded images, report-queue-position) -> async context manager around GPU work.
-# An admission object may also have ``async fit(request, images) -> (images, events)``,
-# called before the plan (it may downscale images that could never fit, or refuse).
-Admission = Callable[
-    [AskRequest, Sequence[image_checks.CheckedImage], QueueReport],
-    AbstractAsyncContextManager[Any],
-]
+class Admission(Protocol):
+    """What the engine needs of admission (``qwen_ui.admission.seam.EngineAdmission``):
+    plain data in, a reservation out; it never calls back into the engine."""
+
+    def use(self, facts: ModelFacts) -> None:
+        """The served model's facts, once per snapshot."""
+
+    def loaded(self, resident_bytes: int) -> None:
+        """The device bytes resident once the weights are loaded (CUDA)."""
+
+    async def fit(self, ask: AskShape) -> Fit:
+        """The bytes to reserve (and smaller sizes for the new images, if needed)."""
+        ...
+
+    def reserve(
+        self, tenant: str, nbytes: int, report: QueueReport
+    ) -> AbstractAsyncContextManager[Any]:
+        """Hold ``nbytes`` for ``tenant`` around the GPU work (reporting the queue)."""
+        ...
 
 
-def no_admission(
-    request: AskRequest,
-    images: Sequence[image_checks.CheckedImage],
-    report: QueueReport,
-) -> AbstractAsyncContextManager[Any]:
-    return nullcontext()
+@dataclass(frozen=True)
+class History:
+    """The earlier turns the prompt keeps, and their images' bytes when already read."""
+
+    turns: list[StoredTurn]
+    images: dict[str, bytes]
+    earlier: list[str] = field(default_factory=list)  # attached since the last answer
 
 
 class Engine:
@@ -172,7 +198,11 @@ class Engine:
             state, settings.conversation_ttl_s, settings.conversations_per_user
         )
         self.metrics = metrics or EngineMetrics()
-        self.admission: Admission = admission or no_admission
+        self.admission = admission
+        self.placement = placement(settings)
+        self._served: ServedModel | None = None
+        self._served_lock = asyncio.Lock()
+        self._resident_told = False
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
@@ -219,20 +249,19 @@ class Engine:
                 raise NoQuestion()
             if not conversation.images and not await self._answers_without_images():
                 raise NoImage()
-            if (fit := getattr(self.admission, "fit", None)) is not None:
-                checked, notices = await fit(request, checked)
-                for notice in notices:
-                    yield notice
-            plan = await self._plan(request, question, conversation, checked, sampling, start)
+            history = await self._history(request.tenant, conversation, len(checked))
+            turns = _turns(history, question, len(history.earlier) + len(checked))
+            fit = await self._fit(request, turns, history, checked, sampling)
+            if fit.max_pixels is not None:
+                checked = await asyncio.to_thread(
+                    _downscale, checked, fit.new_sizes, fit.max_pixels
+                )
+                yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
+            plan = await self._plan(request, turns, history, checked, sampling, start)
+            plan = _numbered(plan, len(conversation.images))
             events: asyncio.Queue[Event] = asyncio.Queue()
-            admission = self.admission(
-                request,
-                checked,
-                lambda ahead, wait_s=0.0: events.put_nowait(
-                    Stage("queued", ahead=ahead, wait_s=wait_s)
-                ),
-            )
-            async with _Entered(admission, events) as waiting:
+            reservation = self._reserve(request.tenant, fit, events)
+            async with _Entered(reservation, events) as waiting:
                 async for event in waiting:
                     yield event
                 job = self.worker.submit(lambda j: self._work(j, plan))
@@ -300,64 +329,152 @@ class Engine:
         self,
         blobs: Sequence[bytes],
         out: list[image_checks.CheckedImage],
-        conversation: Conversation,
+        conversation: Conversation | None = None,
     ) -> AsyncIterator[Event]:
-        """Check and decode the new images; they are numbered after the conversation's."""
-        before = len(conversation.images)
+        """Check and decode the new images; stages number them after the conversation's
+        (errors name them by their place in the upload)."""
+        before = len(conversation.images) if conversation is not None else 0
         image_checks.check_count(len(blobs), self.limits)
         for i, data in enumerate(blobs):
-            image_checks.check_bytes(data, i + 1, self.limits)  # errors name the upload
+            image_checks.check_bytes(data, i + 1, self.limits)
         start = time.perf_counter()
-        total = before + len(blobs)
         for i, data in enumerate(blobs):
-            number = before + i + 1
-            yield Stage.at("decoding", number, total)
+            yield Stage.at("decoding", before + i + 1, before + len(blobs))
             out.append(await asyncio.to_thread(image_checks.check, data, i + 1, self.limits))
         if blobs:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
         self.metrics.images.observe(len(blobs))
 
+    async def _history(self, tenant: str, conversation: Conversation, new_images: int) -> History:
+        """The earlier turns the prompt keeps; their images are read (once) only when
+        admission needs their sizes, otherwise on an embedding cache miss."""
+        # images attached before this question (a stopped or failed turn) join it; the
+        # request's own images are already attached at the end of ``pending``
+        earlier = conversation.pending[: max(0, len(conversation.pending) - new_images)]
+        turns = self._history_window(conversation, new_images + len(earlier))
+        images: dict[str, bytes] = {}
+        if self.admission is not None:
+            for sha in [*(sha for turn in turns for sha in turn.images), *earlier]:
+                images[sha] = await self.conversations.image(tenant, sha)
+        return History(turns, images, earlier)
+
+    # --- admission: plain data out, a reservation back ------------------------------------
+    async def _fit(
+        self,
+        request: AskRequest,
+        turns: list[Turn],
+        history: History,
+        checked: Sequence[image_checks.CheckedImage],
+        sampling: SamplingOptions,
+    ) -> Fit:
+        if self.admission is None:
+            return Fit(0)
+        sizes = [c.size for c in checked]
+        shape = await self._shape(request, turns, history, sizes, sampling.max_new_tokens)
+        return await self.admission.fit(shape)
+
+    async def _shape(
+        self,
+        request: AskRequest,
+        turns: list[Turn],
+        history: History,
+        new_sizes: Sequence[Size],
+        max_new_tokens: int,
+    ) -> AskShape:
+        served = await self.served_model()
+        return AskShape(
+            tenant=request.tenant,
+            request_id=request.request_id,
+            text_tokens=await asyncio.to_thread(served.text_tokens, turns),
+            past_sizes=tuple(
+                _header_size(history.images[sha])
+                for sha in [*(s for t in history.turns for s in t.images), *history.earlier]
+            ),
+            new_sizes=tuple(new_sizes),
+            max_new_tokens=max_new_tokens,
+        )
+
+    def _reserve(
+        self, tenant: str, fit: Fit, events: asyncio.Queue[Event]
+    ) -> AbstractAsyncContextManager[Any]:
+        if self.admission is None:
+            return nullcontext()
+
+        def report(ahead: int, wait_s: float = 0.0) -> None:
+            events.put_nowait(Stage("queued", ahead=ahead, wait_s=wait_s))
+
+        return self.admission.reserve(tenant, fit.nbytes, report)
+
+    async def served_model(self) -> ServedModel:
+        """The served model's facts (computed once per snapshot, from its config and
+        processor, without loading the weights), told to admission; once the weights are
+        loaded, their resident bytes are measured on the worker and told too."""
+        async with self._served_lock:
+            snapshot = await asyncio.to_thread(self.pipelines.snapshot)
+            if self._served is None or self._served.facts.snapshot_id != snapshot.id:
+                self._served = await asyncio.to_thread(
+                    read_model, Path(snapshot.path), snapshot.id, self.settings, self.placement
+                )
+            if self.admission is not None:
+                self.admission.use(self._served.facts)
+                await self._tell_resident(self.admission)
+            return self._served
+
+    async def _tell_resident(self, admission: Admission) -> None:
+        """Measure the weights on the worker between two jobs (no request's activations
+        are counted), once they are loaded (CUDA only)."""
+        if self._resident_told or self.placement.device != "cuda":
+            return
+        if not self.pipelines.is_loaded:
+            return
+        job = self.worker.submit(lambda _job: int(torch.cuda.memory_allocated()))
+        async for _ in job.events():
+            pass
+        self._resident_told = True
+        admission.loaded(job.result)
+
+    async def shape(self, request: AskRequest, new_sizes: Sequence[Size]) -> AskShape:
+        """``request``'s shape as :meth:`ask` computes it, for images of ``new_sizes``
+        (tools and tests that size a request without running it)."""
+        question = self._question(request.question)
+        conversation = await self._conversation(request)
+        history = await self._history(request.tenant, conversation, len(new_sizes))
+        turns = _turns(history, question, len(new_sizes))
+        max_new = self._sampling(request.options).max_new_tokens
+        return await self._shape(request, turns, history, new_sizes, max_new)
+
+    # --- the plan -----------------------------------------------------------------------
     async def _plan(
         self,
         request: AskRequest,
-        question: str,
-        conversation: Conversation,
+        turns: list[Turn],
+        history: History,
         checked: Sequence[image_checks.CheckedImage],
         sampling: SamplingOptions,
         started: float,
     ) -> Plan:
-        """The prompt's turns and images: the latest earlier turns that fit, then the new
-        turn with every image attached since the last answer (``pending``, which holds the
-        new ones at its end)."""
-        earlier = conversation.pending[: len(conversation.pending) - len(checked)]
-        history = self._history_window(conversation, len(earlier) + len(checked))
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
         settings_key = self._processor_key()
         prompt_images: list[PromptImage] = []
-        for turn in history:
-            for sha in turn.images:
-                prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+        earlier = [sha for turn in history.turns for sha in turn.images] + history.earlier
         for sha in earlier:
-            prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+            prompt_images.append(
+                await self._history_image(request.tenant, sha, snapshot.id, history.images)
+            )
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
             pixels = None if embedding is not None else await asyncio.to_thread(image.load)
             prompt_images.append(PromptImage(key, embedding, pixels, tier))
-        first = len(conversation.images) - len(prompt_images)
-        prompt_images = [replace(p, number=first + i + 1) for i, p in enumerate(prompt_images)]
         for item in prompt_images:
             self.metrics.cache.labels(item.tier).inc()
-        turns = [Turn(t.question, len(t.images), t.answer) for t in history]
-        turns.append(Turn(question, len(earlier) + len(checked)))
-        return Plan(turns, prompt_images, sampling, started, len(conversation.images))
+        return Plan(turns, prompt_images, sampling, started)
 
     def _processor_key(self) -> str:
         s = self.settings
         return f"min={s.min_pixels},max={s.max_pixels}"
 
     def _history_window(self, conversation: Conversation, new_images: int) -> list[StoredTurn]:
-        # ``new_images`` counts the pending ones too
         """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
         budget = self.settings.max_images - new_images
         kept: list[StoredTurn] = []
@@ -368,12 +485,14 @@ class Engine:
             kept.append(turn)
         return list(reversed(kept))
 
-    async def _history_image(self, tenant: str, sha: str, snapshot_id: str) -> PromptImage:
+    async def _history_image(
+        self, tenant: str, sha: str, snapshot_id: str, read: dict[str, bytes]
+    ) -> PromptImage:
         key = CacheKey(tenant, sha, self._processor_key(), snapshot_id)
         embedding, tier = await self.cache.fetch(key)
         if embedding is not None:
             return PromptImage(key, embedding, None, tier)
-        data = await self.conversations.image(tenant, sha)
+        data = read.get(sha) or await self.conversations.image(tenant, sha)
         checked = await asyncio.to_thread(image_checks.decode, data, 1, self.limits)
         return PromptImage(key, None, checked.image, "miss")
 
@@ -390,9 +509,8 @@ class Engine:
         if result.outcome.finish_reason == "cancelled":
             return Failed.of(AnswerFailed(), request.lang)
         # the turn's images were attached before the work started (``pending``)
-        await self.conversations.append(
-            conversation, StoredTurn(plan.turns[-1].question, result.answer, []), {}
-        )
+        turn = StoredTurn(plan.turns[-1].question, result.answer, [])
+        await self.conversations.append(conversation, turn, {})
         self.status.record_answer()
         self._observe(result)
         hits = sum(1 for item in plan.images if item.tier != "miss")
@@ -400,6 +518,9 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
+        text, boxes = await asyncio.to_thread(
+            locate_answer, result.answer, result.family, request.images, result.grids, result.patch
+        )
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -410,6 +531,8 @@ class Engine:
             images_seen=len(plan.images),
             finish_reason=reason,
             timings=result.timings,
+            boxes=[box.to_dict() for box in boxes],
+            answer_text=text,
         )
 
     def _observe(self, result: WorkResult) -> None:
@@ -474,7 +597,11 @@ class Engine:
             timings["prefill"] = round(first[0] - t0, 4)
             timings["decode"] = round(end - first[0], 4)
             timings["ttft"] = round(first[0] - plan.started, 4)
-        return WorkResult(stream.text(), outcome, prompt.length, fresh, timings)
+        grids = [e.grid_thw for e in embeddings]
+        answer = stream.text()
+        return WorkResult(
+            answer, outcome, prompt.length, fresh, timings, grids, language.family, language.patch
+        )
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]
@@ -499,6 +626,42 @@ class Engine:
         if total:
             timings["encoding"] = round(time.perf_counter() - t0, 4)
         return embeddings, fresh
+
+
+def _numbered(plan: Plan, total: int) -> Plan:
+    """The plan's images numbered by their place in the conversation of ``total`` images
+    (the prompt holds its latest ones)."""
+    first = total - len(plan.images)
+    images = [replace(item, number=first + i + 1) for i, item in enumerate(plan.images)]
+    return replace(plan, images=images, total_images=total)
+
+
+def _turns(history: History, question: str, new_images: int) -> list[Turn]:
+    """The prompt's turns: the kept earlier ones, then the question asked now."""
+    turns = [Turn(t.question, len(t.images), t.answer) for t in history.turns]
+    return [*turns, Turn(question, new_images)]
+
+
+def _header_size(data: bytes) -> Size:
+    """An earlier turn's image size from its header (what admission sizes it by)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def _downscale(
+    images: Sequence[image_checks.CheckedImage], sizes: Sequence[Size], max_pixels: int
+) -> list[image_checks.CheckedImage]:
+    """The images resized to admission's ``sizes`` (those already that size unchanged)."""
+    out = []
+    for item, size in zip(images, sizes, strict=True):
+        if size == item.size:
+            out.append(item)
+            continue
+        image = item.image.resize(size, Image.Resampling.BICUBIC)
+        # a new identity, so the smaller image's embedding gets its own cache entry
+        sha = f"{item.sha256}-max{max_pixels}"
+        out.append(replace(item, pixels=image, size=image.size, sha256=sha))
+    return out
 
 
 @dataclass(frozen=True)

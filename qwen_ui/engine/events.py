@@ -94,7 +94,13 @@ class Token(Event):
 
 @dataclass(frozen=True)
 class Done(Event):
-    """The answer is complete. ``timings`` are seconds per stage; ``ttft`` to first token."""
+    """The answer is complete. ``timings`` are seconds per stage; ``ttft`` to first token.
+
+    ``boxes``: where the answer located things, ``{"image": i, "label": ..., "box": [x1, y1,
+    x2, y2]}`` with ``i`` 1-based in the request's images and the box in that file's own
+    pixels (see :mod:`qwen_ui.engine.box_mapping`); ``answer_text``: the answer with those
+    boxes written as their labels (``answer`` itself when it has none).
+    """
 
     answer: str
     conversation_id: str
@@ -104,6 +110,8 @@ class Done(Event):
     cache_hits: int
     finish_reason: Literal["stop", "length"]
     timings: dict[str, float]
+    boxes: list[dict[str, Any]] = field(default_factory=list)
+    answer_text: str = ""
     progress: float = 1.0
     images_seen: int = 0  # images in the prompt (0: the answer used no image)
     type: str = field(default="done", init=False)

@@ -20,25 +20,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
-from qwen_ui.errors import QwenUIError
+from qwen_ui.errors import QwenUIError, error_body
 from qwen_ui.services import ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import PrincipalDep
-from qwen_ui.web.errors import error_response
-from qwen_ui.web.i18n import LANGS, negotiate
+from qwen_ui.web.errors import error_response, failure_response, request_lang
 from qwen_ui.web.options import ask_lang, ask_options
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1")
 NDJSON = "application/x-ndjson"
-
-
-def request_lang(request: Request, settings: Settings, explicit: str | None) -> str:
-    if explicit in LANGS:
-        return str(explicit)
-    return negotiate(request.headers.get("accept-language"), settings.language)
 
 
 @router.post("/ask")
@@ -57,7 +50,7 @@ async def ask(
 ) -> Response:
     settings = services.settings
     options = ask_options(settings, max_new_tokens, temperature, top_p, seed)
-    answer_lang = request_lang(request, settings, ask_lang(lang))
+    answer_lang = request_lang(request, ask_lang(lang))
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
         tenant=principal.tenant,
@@ -73,18 +66,13 @@ async def ask(
     if isinstance(head[-1], Failed):
         await events.aclose()
         failed = head[-1]
-        body: dict[str, object] = {
-            "code": failed.code,
-            "message": failed.message,
-            "status": failed.status,
-        }
+        response = failure_response(failed.code, failed.message, failed.status, failed.retry_after)
         if failed.conversation_id is not None:  # it holds this request's images
-            body["conversation_id"] = failed.conversation_id
-        headers = {}
-        if failed.retry_after is not None:  # busy: when to try again
-            body["retry_after"] = failed.retry_after
-            headers["Retry-After"] = str(max(1, round(failed.retry_after)))
-        return JSONResponse({"error": body}, status_code=failed.status, headers=headers)
+            body = error_body(failed.code, failed.message, failed.status, failed.retry_after)
+            body["error"]["conversation_id"] = failed.conversation_id
+            retry = response.headers.get("Retry-After")
+            return JSONResponse(body, failed.status, {"Retry-After": retry} if retry else None)
+        return response
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(_lines(head, events), media_type=NDJSON, headers=headers)
 

@@ -5,8 +5,8 @@
 whatever ``Content-Length`` claimed, chunked bodies included), and a multipart body must
 end with its closing boundary (else 400: a truncated body must not lose a part silently).
 On a violation the error response is sent at once through ``reject`` and
-:class:`BodyRejected` is raised into the app, which stops parsing (its temporary files go
-with the parser); the guard swallows it.
+:class:`BodyRejected` is raised into the app, which stops parsing and deletes the
+temporary files it spooled; whatever the app answers after that is dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from starlette.datastructures import Headers
+from starlette.formparsers import MultiPartException
 from starlette.types import Message, Receive
 
 from qwen_ui.errors import MalformedBody, QwenUIError, RequestTimeout, RequestTooLarge
@@ -23,8 +24,10 @@ Reject = Callable[[QwenUIError], Awaitable[None]]
 MiB = 1024 * 1024
 
 
-class BodyRejected(Exception):
-    """Raised into the app after the guard answered the request with ``error``."""
+class BodyRejected(MultiPartException):
+    """Raised into the app after the guard answered the request with ``error``. A
+    ``MultiPartException``, so that Starlette's and Gradio's multipart parsers delete the
+    files they spooled so far (they clean up on that exception only)."""
 
     def __init__(self, error: QwenUIError) -> None:
         super().__init__(error.code)

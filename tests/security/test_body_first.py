@@ -33,6 +33,11 @@ def _head(site: Site, path: str, length: int | None, cookie: str = "", extra: st
     return "\n".join(lines) + extra
 
 
+def _files(site: Site) -> set[str]:
+    """Every file under the server's TMPDIR (Gradio's upload folder included)."""
+    return {str(p) for p in site.tmp.rglob("*") if p.is_file()}
+
+
 def _error_code(body: bytes) -> str:
     return str(json.loads(body)["error"]["code"])
 
@@ -82,16 +87,20 @@ def test_chunked_body_over_the_cap_is_413_while_streaming(memory_site: Site) -> 
     assert site.open_temp_files() == []
 
 
-def test_withheld_body_gets_408_and_the_connection_closes(site: Site) -> None:
-    """The suite runs with a 2 s body-read timeout; the default is well under 30 s."""
+@pytest.mark.parametrize("path", ["/api/v1/ask", "/gradio_api/upload"])
+def test_withheld_body_gets_408_and_the_connection_closes(site: Site, path: str) -> None:
+    """The suite runs with a 2 s body-read timeout; the default is well under 30 s. What
+    arrived of the image part is not left on disk."""
     user = site.user()
-    head = _head(site, "/api/v1/ask", 1000, site.session_cookie(user))
-    answer = raw_request(site.url, head, f"--{BOUNDARY}\r\n".encode(), wait_s=20)
+    uploads_before = _files(site)
+    head = _head(site, path, 100_000, site.session_cookie(user))
+    answer = raw_request(site.url, head, IMAGE_PART.encode() + b"\0" * 5000, wait_s=20)
     assert answer.status == 408, answer.head
     assert 1.5 < answer.seconds < 6.0, answer.seconds
     assert answer.closed
     assert _error_code(answer.body) == "body_timeout"
     assert site.open_temp_files() == []
+    assert _files(site) == uploads_before
 
 
 def test_default_body_read_timeout_is_well_under_30_s() -> None:
@@ -107,12 +116,14 @@ def test_multipart_without_closing_boundary_is_400(memory_site: Site, path: str)
     fields = {"question": "What shape?"} if path == "/api/v1/ask" else {}
     body = multipart(BOUNDARY, fields, [("a.png", b"\x89PNG not really an image")])
     truncated = body[: -len(f"--{BOUNDARY}--\r\n")]
+    uploads_before = _files(site)
     answer = raw_request(
         site.url, _head(site, path, len(truncated), site.session_cookie(user)), truncated
     )
     assert answer.status == 400, answer.head
     assert _error_code(answer.body) == "malformed_body"
     assert site.open_temp_files() == []
+    assert _files(site) == uploads_before
 
 
 def test_complete_multipart_keeps_its_image_part(memory_site: Site) -> None:

@@ -124,7 +124,9 @@ def test_image_only_submit_then_a_question(page: Page, tmp_path: Path) -> None:
     attach(page, tmp_path, 2)
     page.press("#qwen-question textarea", "Enter")
     wait_text(page, "Please type a question.")
-    assert chat_images(page) == 2
+    page.wait_for_function(  # the images stay in the chat: the conversation holds them
+        "() => document.querySelectorAll('#qwen-chat img').length === 2", timeout=10_000
+    )
     settled(page)
     send(page, "Which one is red?")
     wait_text(page, "Encoding image 2/2")

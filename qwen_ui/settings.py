@@ -202,6 +202,13 @@ class Settings(BaseSettings):
         description="How long a conversation (its turns and images) is kept after its last "
         "question.",
     )
+    conversations_per_user: int = Field(
+        50,
+        ge=1,
+        le=1000,
+        description="Conversations kept per user (or API token); beyond it the least recently "
+        "used one is deleted.",
+    )
 
     # --- admission ------------------------------------------------------------------
     vram_budget: float = Field(

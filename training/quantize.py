@@ -47,6 +47,7 @@ COPY_FILES = (
     "preprocessor_config.json",
     "processor_config.json",
     "generation_config.json",
+    "qwen_ui.json",  # facts the app reads about the model (answers_without_images)
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import logging
 import time
 import uuid
@@ -33,12 +34,19 @@ from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.box_mapping import locate_answer
 from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
-from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
+from qwen_ui.engine.conversations import (
+    Conversation,
+    ConversationStore,
+    StoredTurn,
+    new_id,
+    owner_of,
+)
 from qwen_ui.engine.detokenize import TextStream
 from qwen_ui.engine.errors import (
     SEED_MAX,
     AnswerFailed,
     BadOption,
+    NoImage,
     NoQuestion,
     QuestionTooLong,
 )
@@ -65,6 +73,8 @@ from qwen_ui.settings import Settings
 from qwen_ui.state import State
 
 log = logging.getLogger(__name__)
+
+MODEL_FACTS = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,11 @@ class AskRequest:
     lang: str = "en"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     history: Sequence[PastTurn] | None = None
+    user: str = ""  # with the tenant, the principal a conversation belongs to
+
+    @property
+    def owner(self) -> str:
+        return owner_of(self.tenant, self.user)
 
 
 @dataclass(frozen=True)
@@ -109,6 +124,7 @@ class PromptImage:
     embedding: Embedding | None
     image: Image.Image | None
     tier: str  # "memory", "redis" or "miss"
+    number: int = 0  # 1-based place in the conversation
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,7 @@ class Plan:
     images: list[PromptImage]
     sampling: SamplingOptions
     started: float
+    total_images: int = 0  # images in the whole conversation (stage labels count them)
 
 
 @dataclass
@@ -164,6 +181,7 @@ class History:
 
     turns: list[StoredTurn]
     images: dict[str, bytes]
+    earlier: list[str] = field(default_factory=list)  # attached since the last answer
 
 
 def sampling_for(s: Settings, options: AskOptions) -> SamplingOptions:
@@ -232,7 +250,9 @@ class Engine:
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
-        self.conversations = ConversationStore(state, settings.conversation_ttl_s)
+        self.conversations = ConversationStore(
+            state, settings.conversation_ttl_s, settings.conversations_per_user
+        )
         self.metrics = metrics or EngineMetrics()
         self.admission = admission
         self.placement = placement(settings)
@@ -268,16 +288,26 @@ class Engine:
         QwenUIError (it becomes ``Failed``). Closing the iterator cancels the work."""
         job: Job[WorkResult] | None = None
         outcome = "failed"
+        kept: str | None = None  # the conversation id, once it holds the new images
         try:
             start = time.perf_counter()
             sampling = self._sampling(request.options)
             question = self._question(request.question)
             conversation = await self._conversation(request)
             checked: list[image_checks.CheckedImage] = []
-            async for event in self._decode(request.images, checked):
+            async for event in self._decode(request.images, checked, conversation):
                 yield event
+            stateless = request.history is not None  # earlier turns come with the request
+            if checked and not stateless:  # the images belong to the conversation from now on
+                blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
+                await self.conversations.attach(conversation, blobs)
+                kept = conversation.id
+            if not question:
+                raise NoQuestion()
+            if not checked and not conversation.images and not await self._answers_without_images():
+                raise NoImage()
             history = await self._history(request, conversation, len(checked))
-            turns = _turns(history, question, len(checked))
+            turns = _turns(history, question, len(history.earlier) + len(checked))
             fit = await self._fit(request, turns, history, checked, sampling)
             if fit.max_pixels is not None:
                 checked = await asyncio.to_thread(
@@ -285,6 +315,7 @@ class Engine:
                 )
                 yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
             plan = await self._plan(request, turns, history, checked, sampling, start)
+            plan = _numbered(plan, len(conversation.images))
             events: asyncio.Queue[Event] = asyncio.Queue()
             reservation = self._reserve(request.tenant, fit, events)
             async with EnteredAdmission(reservation, events) as waiting:
@@ -299,7 +330,7 @@ class Engine:
             yield done
         except QwenUIError as exc:
             log.info("request %s failed: %s", request.request_id, exc.code)
-            yield Failed.of(exc, request.lang)
+            yield replace(Failed.of(exc, request.lang), conversation_id=kept)
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
             raise
@@ -316,7 +347,11 @@ class Engine:
         return sampling_for(self.settings, options)
 
     def _question(self, question: str) -> str:
-        return checked_question(self.settings, question)
+        """The question, stripped; empty is refused later, once images are attached."""
+        text = question.strip()
+        if len(text) > self.settings.max_question_chars:
+            raise QuestionTooLong(count=len(text), limit=self.settings.max_question_chars)
+        return text
 
     async def _conversation(self, request: AskRequest) -> Conversation:
         if request.history is not None:
@@ -324,20 +359,37 @@ class Engine:
                 StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
                 for t in request.history
             ]
-            return Conversation("", request.tenant, turns)
+            return Conversation("", request.tenant, request.owner, turns)
         if request.conversation_id:
-            return await self.conversations.get(request.tenant, request.conversation_id)
-        return Conversation(new_id(), request.tenant)
+            return await self.conversations.get(request.owner, request.conversation_id)
+        return Conversation(new_id(), request.tenant, request.owner)
+
+    async def _answers_without_images(self) -> bool:
+        """A fact of the model: ``qwen_ui.json`` beside its weights may say
+        ``{"answers_without_images": false}`` (the demo model); production Qwen models can."""
+        snapshot = await asyncio.to_thread(self.pipelines.snapshot)
+        facts = Path(snapshot.path) / MODEL_FACTS
+        try:
+            text = await asyncio.to_thread(facts.read_text, encoding="utf-8")
+        except FileNotFoundError:
+            return True
+        return bool(json.loads(text).get("answers_without_images", True))
 
     async def _decode(
-        self, blobs: Sequence[bytes], out: list[image_checks.CheckedImage]
+        self,
+        blobs: Sequence[bytes],
+        out: list[image_checks.CheckedImage],
+        conversation: Conversation | None = None,
     ) -> AsyncIterator[Event]:
+        """Check and decode the new images; stages number them after the conversation's
+        (errors name them by their place in the upload)."""
+        before = len(conversation.images) if conversation is not None else 0
         image_checks.check_count(len(blobs), self.limits)
         for i, data in enumerate(blobs):
             image_checks.check_bytes(data, i + 1, self.limits)
         start = time.perf_counter()
         for i, data in enumerate(blobs):
-            yield Stage.at("decoding", i + 1, len(blobs))
+            yield Stage.at("decoding", before + i + 1, before + len(blobs))
             out.append(await asyncio.to_thread(image_checks.check, data, i + 1, self.limits))
         if blobs:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
@@ -350,14 +402,17 @@ class Engine:
         admission needs their sizes, otherwise on an embedding cache miss (a stateless
         request carries them)."""
         tenant = request.tenant
-        turns = self._history_window(conversation, new_images)
+        # images attached before this question (a stopped or failed turn) join it; the
+        # request's own images are already attached at the end of ``pending``
+        earlier = conversation.pending[: max(0, len(conversation.pending) - new_images)]
+        turns = self._history_window(conversation, new_images + len(earlier))
         images: dict[str, bytes] = {}
         if request.history is not None:
             images = {sha256(b): b for t in request.history for b in t.images}
         elif self.admission is not None:
-            for sha in (sha for turn in turns for sha in turn.images):
+            for sha in [*(sha for turn in turns for sha in turn.images), *earlier]:
                 images[sha] = await self.conversations.image(tenant, sha)
-        return History(turns, images)
+        return History(turns, images, earlier)
 
     # --- admission: plain data out, a reservation back ------------------------------------
     async def _fit(
@@ -388,7 +443,8 @@ class Engine:
             request_id=request.request_id,
             text_tokens=await asyncio.to_thread(served.text_tokens, turns),
             past_sizes=tuple(
-                _header_size(history.images[sha]) for t in history.turns for sha in t.images
+                _header_size(history.images[sha])
+                for sha in [*(s for t in history.turns for s in t.images), *history.earlier]
             ),
             new_sizes=tuple(new_sizes),
             max_new_tokens=max_new_tokens,
@@ -456,11 +512,11 @@ class Engine:
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
         settings_key = self._processor_key()
         prompt_images: list[PromptImage] = []
-        for turn in history.turns:
-            for sha in turn.images:
-                prompt_images.append(
-                    await self._history_image(request.tenant, sha, snapshot.id, history.images)
-                )
+        earlier = [sha for turn in history.turns for sha in turn.images] + history.earlier
+        for sha in earlier:
+            prompt_images.append(
+                await self._history_image(request.tenant, sha, snapshot.id, history.images)
+            )
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
@@ -501,9 +557,9 @@ class Engine:
         if result.outcome.finish_reason == "cancelled":
             return Failed.of(AnswerFailed(), request.lang)
         if request.history is None:
-            turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
-            blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
-            await self.conversations.append(conversation, turn, blobs)
+            # the turn's images were attached before the work started (``pending``)
+            turn = StoredTurn(plan.turns[-1].question, result.answer, [])
+            await self.conversations.append(conversation, turn, {})
         self.status.record_answer()
         self._observe(result)
         hits = sum(1 for item in plan.images if item.tier != "miss")
@@ -521,6 +577,7 @@ class Engine:
             completion_tokens=len(result.outcome.tokens),
             images=len(checked),
             cache_hits=hits,
+            images_seen=len(plan.images),
             finish_reason=reason,
             timings=result.timings,
             boxes=[box.to_dict() for box in boxes],
@@ -602,9 +659,10 @@ class Engine:
         embeddings: list[Embedding] = []
         fresh: list[tuple[CacheKey, Embedding]] = []
         t0 = time.perf_counter()
-        total = len(plan.images)
+        total = plan.total_images or len(plan.images)
         for i, item in enumerate(plan.images):
-            job.emit(Stage.at("encoding", i + 1, total, cached=item.embedding is not None))
+            number = item.number or i + 1
+            job.emit(Stage.at("encoding", number, total, cached=item.embedding is not None))
             embedding = item.embedding
             if embedding is None:
                 assert item.image is not None
@@ -617,6 +675,14 @@ class Engine:
         if total:
             timings["encoding"] = round(time.perf_counter() - t0, 4)
         return embeddings, fresh
+
+
+def _numbered(plan: Plan, total: int) -> Plan:
+    """The plan's images numbered by their place in the conversation of ``total`` images
+    (the prompt holds its latest ones)."""
+    first = total - len(plan.images)
+    images = [replace(item, number=first + i + 1) for i, item in enumerate(plan.images)]
+    return replace(plan, images=images, total_images=total)
 
 
 def _turns(history: History, question: str, new_images: int) -> list[Turn]:

@@ -20,6 +20,7 @@ __all__ = [
     "ImageTooManyPixels",
     "ImageUnreadable",
     "ImageUnsupported",
+    "NoImage",
     "NoQuestion",
     "QuestionTooLong",
     "TooManyImages",
@@ -61,6 +62,12 @@ class NoQuestion(BadRequest):
     code = "no_question"
     en = "Please type a question."
     zh = "请输入问题。"
+
+
+class NoImage(BadRequest):
+    code = "no_image"
+    en = "Please attach an image first: this model only answers questions about images."
+    zh = "请先添加图片：这个模型只回答关于图片的问题。"
 
 
 class QuestionTooLong(BadRequest):

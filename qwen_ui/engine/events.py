@@ -127,6 +127,7 @@ class Done(Event):
     boxes: list[dict[str, Any]] = field(default_factory=list)
     answer_text: str = ""
     progress: float = 1.0
+    images_seen: int = 0  # images in the prompt (0: the answer used no image)
     type: str = field(default="done", init=False)
 
 
@@ -138,6 +139,7 @@ class Failed(Event):
     message: str
     status: int
     retry_after: float | None = None  # busy errors: seconds after which to try again
+    conversation_id: str | None = None  # set when the conversation holds this turn's images
     type: str = field(default="failed", init=False)
 
     @classmethod

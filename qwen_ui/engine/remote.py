@@ -164,10 +164,10 @@ class RemoteEngine:
                 StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
                 for t in request.history
             ]
-            return Conversation("", request.tenant, turns)
+            return Conversation("", request.tenant, request.owner, turns)
         if request.conversation_id:
-            return await self.conversations.get(request.tenant, request.conversation_id)
-        return Conversation(new_id(), request.tenant)
+            return await self.conversations.get(request.owner, request.conversation_id)
+        return Conversation(new_id(), request.tenant, request.owner)
 
     async def _check(
         self, blobs: Sequence[bytes], out: list[image_checks.CheckedImage]

@@ -15,12 +15,12 @@ from contextlib import aclosing
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
 from qwen_ui.engine.events import Event, Failed, Stage
-from qwen_ui.errors import QwenUIError
+from qwen_ui.errors import QwenUIError, error_body
 from qwen_ui.services import ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
@@ -54,6 +54,7 @@ async def ask(
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
         tenant=principal.tenant,
+        user=principal.user,
         question=question,
         images=blobs,
         conversation_id=conversation_id or None,
@@ -65,7 +66,13 @@ async def ask(
     if isinstance(head[-1], Failed):
         await events.aclose()
         failed = head[-1]
-        return failure_response(failed.code, failed.message, failed.status, failed.retry_after)
+        response = failure_response(failed.code, failed.message, failed.status, failed.retry_after)
+        if failed.conversation_id is not None:  # it holds this request's images
+            body = error_body(failed.code, failed.message, failed.status, failed.retry_after)
+            body["error"]["conversation_id"] = failed.conversation_id
+            retry = response.headers.get("Retry-After")
+            return JSONResponse(body, failed.status, {"Retry-After": retry} if retry else None)
+        return response
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(_lines(head, events), media_type=NDJSON, headers=headers)
 

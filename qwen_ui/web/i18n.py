@@ -39,14 +39,30 @@ TEXT: dict[str, dict[Lang, str]] = {
     "new_chat": {"en": "New conversation", "zh": "新对话"},
     "logout": {"en": "Log out", "zh": "退出登录"},
     "working": {"en": "Working…", "zh": "处理中……"},
+    # "token" in Chinese for a classroom: 字词 (words and characters), not the jargon 词元
     "done_in": {
         "en": "Done in {seconds} s · {tokens} tokens",
-        "zh": "完成，用时 {seconds} 秒 · {tokens} 个词元",
+        "zh": "完成，用时 {seconds} 秒 · 共 {tokens} 个字词",
+    },
+    "done_in_one": {
+        "en": "Done in {seconds} s · 1 token",
+        "zh": "完成，用时 {seconds} 秒 · 共 1 个字词",
     },
     "failed": {"en": "Failed", "zh": "失败"},
     "stopped": {"en": "Stopped", "zh": "已停止"},
     "progress": {"en": "Progress", "zh": "进度"},
     "examples": {"en": "Examples", "zh": "示例"},
+    "untitled": {"en": "(no question yet)", "zh": "（还没有问题）"},
+    "n_images": {"en": "{n} images", "zh": "{n} 张图片"},
+    "history": {"en": "Conversations", "zh": "对话记录"},
+    "rename": {"en": "Rename", "zh": "重命名"},
+    "delete": {"en": "Delete", "zh": "删除"},
+    "title_label": {"en": "Title of this conversation", "zh": "本对话的标题"},
+    "image_alt": {"en": "image {number}, {name}", "zh": "图片 {number}，{name}"},
+    "no_image_used": {
+        "en": "No image was used for this answer.",
+        "zh": "这个回答没有参考任何图片。",
+    },
 }
 
 

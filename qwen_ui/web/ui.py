@@ -18,16 +18,25 @@ from urllib.parse import urlsplit
 import gradio as gr
 from fastapi import FastAPI
 
+from qwen_ui.auth.principal import Principal
 from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
-from qwen_ui.services import services_of
+from qwen_ui.services import maybe_services, services_of
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import principal_from_gradio
+from qwen_ui.web.history import (
+    choices,
+    escape_markdown_html,
+    image_message,
+    messages,
+    open_conversation,
+    store_of,
+)
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.oss_panel import build_oss_panel
 
@@ -77,8 +86,17 @@ def logout_html(settings: Settings, lang: Lang) -> str:
 
 def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
-        lang = gr.State("en")
-        conversation = gr.State(None)
+        # kept in the browser (localStorage), so a reload restores both
+        lang = gr.BrowserState("", storage_key="qwen-ui-lang")
+        conversation = gr.BrowserState("", storage_key="qwen-ui-conversation")
+        with gr.Sidebar(label=t("history", "en"), open=False, elem_id="qwen-sidebar"):
+            history = gr.Radio([], label=t("history", "en"), elem_id="qwen-history")
+            title_box = gr.Textbox(label=t("title_label", "en"), elem_id="qwen-title")
+            with gr.Row():
+                rename = gr.Button(t("rename", "en"), elem_id="qwen-rename", size="sm")
+                delete = gr.Button(
+                    t("delete", "en"), elem_id="qwen-delete", variant="stop", size="sm"
+                )
         with gr.Row(elem_classes="qwen-header"):
             header = gr.Markdown(_header("en"))
             picker = gr.Radio(LANG_CHOICES, value="en", label=t("language", "en"), scale=0)
@@ -89,7 +107,9 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         question = gr.MultimodalTextbox(
             label=t("question", "en"),
             placeholder=t("question_placeholder", "en"),
-            file_types=["image"],
+            # no client-side type filter: Gradio's own check shows an English toast (twice)
+            # and the question is sent anyway; the server refuses any non-image with one
+            # message in the page's language and gives the text and files back
             file_count="multiple",
             elem_id="qwen-question",
             interactive=True,
@@ -103,15 +123,79 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
         texts += [demo_note]
         texts += [example_sets.get(code, gr.Column(visible=False)) for code in LANGS]
+        texts += [history, title_box, rename, delete]
+        listed = [history, title_box]
 
-        def on_load(request: gr.Request) -> tuple[Any, ...]:
+        async def listing_of(
+            chosen: Lang, conversation_id: str, request: gr.Request
+        ) -> dict[Any, Any]:
+            return await listing(request, chosen, conversation_id)
+
+        async def listing(
+            request: gr.Request, chosen: Lang, conversation_id: str | None
+        ) -> dict[Any, Any]:
+            """The sidebar: the principal's conversations, the open one chosen."""
+            principal = principal_from_gradio(request)
+            found = await open_conversation(app, principal, conversation_id)
+            return {
+                history: gr.update(
+                    choices=await choices(app, principal, chosen),
+                    value=found.id if found else None,
+                ),
+                title_box: gr.update(value=found.display_title if found else ""),
+            }
+
+        async def showing(
+            request: gr.Request, chosen: Lang, conversation_id: str | None
+        ) -> dict[Any, Any]:
+            """The chat drawn from the server's conversation, and the sidebar."""
+            principal = principal_from_gradio(request)
+            found = await open_conversation(app, principal, conversation_id)
+            drawn = await messages(app, found, chosen) if found else []
+            return {
+                chat: gr.update(value=drawn),
+                conversation: found.id if found else "",
+                progress: progress_html(0.0),
+                **await listing(request, chosen, conversation_id),
+            }
+
+        async def on_load(
+            stored_lang: str, stored_conversation: str, request: gr.Request
+        ) -> dict[Any, Any]:
             chosen = negotiate(request.headers.get("accept-language"), settings.language)
-            if "lang" in request.query_params and request.query_params["lang"] in LANGS:
-                chosen = request.query_params["lang"]
-            return (chosen, *_relabel(app, chosen))
+            if stored_lang in LANGS:
+                chosen = stored_lang  # type: ignore[assignment]
+            if request.query_params.get("lang") in LANGS:
+                chosen = request.query_params["lang"]  # type: ignore[assignment]
+            shown = await showing(request, chosen, stored_conversation)
+            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            return {lang: chosen, **merged(relabelled, shown)}
 
-        def on_pick(chosen: Lang) -> tuple[Any, ...]:
-            return (chosen, *_relabel(app, chosen))
+        async def on_pick(
+            chosen: Lang, conversation_id: str, request: gr.Request
+        ) -> dict[Any, Any]:
+            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            listed_now = await listing(request, chosen, conversation_id)
+            return {lang: chosen, **merged(relabelled, listed_now)}
+
+        async def on_open(chosen_id: str, current: Lang, request: gr.Request) -> dict[Any, Any]:
+            return await showing(request, current, chosen_id)
+
+        async def on_rename(
+            conversation_id: str, title: str, current: Lang, request: gr.Request
+        ) -> dict[Any, Any]:
+            store = store_of(app)
+            if store is not None and conversation_id:
+                principal = principal_from_gradio(request)
+                await store.rename(principal.label, conversation_id, title)
+            return await listing(request, current, conversation_id)
+
+        async def on_delete(
+            conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
+        ) -> dict[Any, Any]:
+            controls.request(str(request.session_hash), "reset")
+            await _forget(app, conversation_id, shown, request)
+            return await showing(request, current, "")
 
         controls = Controls()
 
@@ -132,7 +216,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         def on_new_chat(request: gr.Request) -> tuple[Any, ...]:
             if controls.request(str(request.session_hash), "reset"):
                 return gr.update(), gr.update(), gr.update(), gr.update()  # the answer resets
-            return [], gr.update(value=None, interactive=True), None, progress_html(0.0)
+            return [], gr.update(value=None, interactive=True), "", progress_html(0.0)
 
         submitted = question.submit(
             on_submit,
@@ -141,23 +225,65 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             api_visibility="undocumented",
             concurrency_limit=None,
         )
+
+        async def after_answer(
+            current: Lang, conversation_id: str, request: gr.Request
+        ) -> dict[Any, Any]:
+            return {
+                question: gr.update(interactive=True),
+                status: status_markdown(app, current),
+                **await listing(request, current, conversation_id),
+            }
+
         submitted.then(
-            lambda current: (gr.update(interactive=True), status_markdown(app, current)),
-            [lang],
-            [question, status],
+            after_answer,
+            [lang, conversation],
+            [question, status, *listed],
             api_visibility="private",
         )
+
         stop.click(on_stop, None, None, api_visibility="private", concurrency_limit=None)
+        shown = [chat, conversation, progress, *listed]
+        for control in (chat.clear, delete.click):  # the trash icon deletes it too
+            control(
+                on_delete,
+                [conversation, chat, lang],
+                shown,
+                api_visibility="private",
+                concurrency_limit=None,
+            )
         new_chat.click(
             on_new_chat,
             None,
             [chat, question, conversation, progress],
             api_visibility="private",
             concurrency_limit=None,
+        ).then(listing_of, [lang, conversation], listed, api_visibility="private")
+        history.input(on_open, [history, lang], shown, api_visibility="private")
+        rename.click(on_rename, [conversation, title_box, lang], listed, api_visibility="private")
+        title_box.submit(
+            on_rename, [conversation, title_box, lang], listed, api_visibility="private"
         )
-        blocks.load(on_load, None, [lang, *texts], api_visibility="private")
-        picker.input(on_pick, picker, [lang, *texts], api_visibility="private")
+        blocks.load(
+            on_load,
+            [lang, conversation],
+            [lang, *texts, chat, conversation, progress],
+            api_visibility="private",
+        )
+        picker.input(on_pick, [picker, conversation], [lang, *texts], api_visibility="private")
     return blocks  # type: ignore[no-any-return]
+
+
+def merged(*updates: dict[Any, Any]) -> dict[Any, Any]:
+    """Updates by component; two updates of one component are combined (later wins)."""
+    out: dict[Any, Any] = {}
+    for update in updates:
+        for component, value in update.items():
+            before = out.get(component)
+            if isinstance(before, dict) and isinstance(value, dict):
+                value = {**before, **value}
+            out[component] = value
+    return out
 
 
 class Controls:
@@ -224,8 +350,10 @@ async def _answer(
     text = str((message or {}).get("text") or "")
     files = [_path_of(f) for f in (message or {}).get("files") or []]
     chat = normalize(history)
-    chat += [{"role": "user", "content": {"path": f}} for f in files]
-    chat.append({"role": "user", "content": text})
+    shown = _image_count(chat)
+    chat += [image_message(f, shown + i + 1, lang) for i, f in enumerate(files)]
+    if text.strip():
+        chat.append({"role": "user", "content": escape_markdown_html(text)})
     stage = {
         "role": "assistant",
         "content": "",
@@ -235,12 +363,15 @@ async def _answer(
     chat += [stage, reply]
     locked = gr.MultimodalTextbox(value=None, interactive=False)
     yield chat, locked, progress_html(0.0), conversation_id, gr.update()
+    attached = False
     try:
         principal = principal_from_gradio(request)
         if (uploads := services_of(app).uploads) is not None:
             await uploads.check(principal, files)  # another principal's upload: not found
+        conversation_id = conversation_id or await _new_conversation(app, principal)
         ask = AskRequest(
             tenant=principal.tenant,
+            user=principal.user,
             question=text,
             images=[Path(f).read_bytes() for f in files],
             conversation_id=conversation_id,
@@ -248,21 +379,94 @@ async def _answer(
         )
         async with aclosing(ask_as(services_of(app), principal, ask)) as events:
             async for event in events:
-                conversation_id = _apply(event, stage, reply, lang) or conversation_id
+                _apply(event, stage, reply, lang)
+                attached = attached or _attached(event)
                 if (wanted := control()) is not None:
                     break  # leaving the block closes the iterator: the work is cancelled
+                if isinstance(event, Failed):
+                    break
                 status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
                 yield chat, locked, progress_html(_progress(event)), conversation_id, status
             else:
                 return
-        if wanted == "reset":
-            yield [], gr.update(value=None), progress_html(0.0), None, status_markdown(app, lang)
-        else:
+        if not isinstance(event, Failed):
+            if wanted == "reset":
+                yield (
+                    [],
+                    gr.update(value=None),
+                    progress_html(0.0),
+                    None,
+                    status_markdown(app, lang),
+                )
+                return
             stopped, _box, bar = _stopped(chat, lang)
-            yield stopped, gr.update(), bar, conversation_id, status_markdown(app, lang)
+            box = _kept_input(None, files, attached)
+            yield stopped, box, bar, conversation_id, status_markdown(app, lang)
+            return
     except QwenUIError as exc:
         _apply(Failed.of(exc, lang), stage, reply, lang)
-        yield chat, locked, progress_html(0.0), conversation_id, status_markdown(app, lang)
+    chat, box = _after_failure(chat, text, files, attached)
+    yield chat, box, progress_html(0.0), conversation_id, status_markdown(app, lang)
+
+
+async def _forget(
+    app: FastAPI, conversation_id: str | None, shown: Messages | None, request: gr.Request
+) -> None:
+    """Delete the principal's conversation, and let go of the uploads the chat showed."""
+    store = store_of(app)
+    if store is None or not conversation_id:
+        return
+    principal = principal_from_gradio(request)
+    await store.delete(principal.label, conversation_id)
+    services = maybe_services(app)
+    if services is not None and services.uploads is not None:
+        paths = [_path_of(m["content"]) for m in normalize(shown) if _is_image(m)]
+        await services.uploads.forget(principal, paths)
+
+
+async def _new_conversation(app: FastAPI, principal: Principal) -> str | None:
+    """A conversation stored before the first question, so that it keeps the images of a
+    turn that is stopped or fails; None when there is no engine (the ask fails typed)."""
+    store = store_of(app)
+    if store is None:
+        return None
+    conversation = await store.create(principal.tenant, principal.label)
+    return str(conversation.id)
+
+
+def _attached(event: Event) -> bool:
+    """Whether the conversation now holds the turn's new images: they are attached once
+    every one was decoded, i.e. at the first event after the decoding stages."""
+    if isinstance(event, Stage):
+        return event.stage != "decoding"
+    if isinstance(event, Failed):
+        return event.conversation_id is not None
+    return True
+
+
+def _kept_input(text: str | None, files: list[str], attached: bool) -> Any:
+    """The question box after a turn that did not answer: images the conversation did not
+    take go back into it (with the text, when the submit was refused)."""
+    back = [] if attached else files
+    if not text and not back:
+        return gr.update(interactive=True)  # whatever was typed meanwhile stays
+    return gr.update(value={"text": text or "", "files": back}, interactive=True)
+
+
+def _after_failure(chat: Messages, text: str, files: list[str], attached: bool) -> tuple[Any, ...]:
+    """A refused or failed turn: the chat keeps the images only when the conversation
+    holds them; the question goes back into the box with any images not taken."""
+    if not attached and files:
+        chat = [m for m in chat if not _is_image(m) or _path_of(m["content"]) not in files]
+    return chat, _kept_input(text, files, attached)
+
+
+def _is_image(message: dict[str, Any]) -> bool:
+    return message.get("role") == "user" and isinstance(message.get("content"), dict)
+
+
+def _image_count(chat: Messages) -> int:
+    return sum(1 for m in chat if _is_image(m))
 
 
 def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lang) -> str | None:
@@ -276,11 +480,14 @@ def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lan
         reply["content"] += event.text
     elif isinstance(event, Done):
         meta["status"] = "done"
-        meta["title"] = t("done_in", lang).format(
+        # one duration, in one format (Gradio's own "(0.5s)" beside it is not set)
+        key = "done_in_one" if event.completion_tokens == 1 else "done_in"
+        meta["title"] = t(key, lang).format(
             seconds=f"{event.timings.get('total', 0.0):.1f}", tokens=event.completion_tokens
         )
-        meta["duration"] = event.timings.get("total", 0.0)
         reply["content"] = event.answer
+        if event.images_seen == 0:
+            reply["content"] += f"\n\n*{t('no_image_used', lang)}*"
         return event.conversation_id
     elif isinstance(event, Failed):
         meta["status"] = "done"
@@ -314,7 +521,10 @@ def _part(part: Any) -> Any:
         nested = part.get("file")
         file: dict[str, Any] = nested if isinstance(nested, dict) else part
         if file.get("path"):
-            return {"path": str(file["path"])}
+            found = {"path": str(file["path"])}
+            if alt := part.get("alt_text") or file.get("alt_text"):
+                found["alt_text"] = str(alt)
+            return found
     return part if isinstance(part, str) else str(part or "")
 
 
@@ -372,4 +582,8 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(value=logout_html(services_of(app).settings, lang)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
+        gr.update(label=t("history", lang)),
+        gr.update(label=t("title_label", lang)),
+        gr.update(value=t("rename", lang)),
+        gr.update(value=t("delete", lang)),
     )

@@ -14,7 +14,7 @@ from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model, force_answer
-from tests.support.auth import log_in
+from tests.support.auth import add_tenants, local_tenant, log_in
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,48 @@ def test_other_tenants_conversation_is_not_found(api_client: TestClient) -> None
     response = post(api_client, "And?", [], conversation_id=str(done["conversation_id"]))
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "conversation_not_found"
+
+
+def test_another_user_of_the_tenant_gets_404(api_client: TestClient) -> None:
+    from qwen_ui.auth.principal import Principal
+
+    done = lines(post(api_client, "What?", [png()]))[-1]
+    settings = services_of(api_client.app).settings
+    add_tenants(settings.tenants_path, local_tenant("demo", ("demo", "bob")))
+    log_in(api_client, Principal("demo", "bob"))
+    response = post(api_client, "And?", [], conversation_id=str(done["conversation_id"]))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "conversation_not_found"
+    log_in(api_client)  # the owner still can
+    follow = post(api_client, "And?", [], conversation_id=str(done["conversation_id"]))
+    assert lines(follow)[-1]["type"] == "done"
+
+
+def test_images_of_a_refused_question_stay_in_the_conversation(api_client: TestClient) -> None:
+    refused = post(api_client, " ", [png(), png((40, 70), (0, 0, 255))])
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "no_question"
+    conversation = refused.json()["error"]["conversation_id"]
+    events = lines(post(api_client, "Which one?", [], conversation_id=conversation))
+    encoding = [e["index"] for e in events if e.get("stage") == "encoding"]
+    assert encoding == [1, 2] and events[-1]["images_seen"] == 2
+
+
+def test_a_question_without_image_is_refused_by_a_model_that_needs_one(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    import shutil
+
+    model = shutil.copytree(tiny_model, tmp_path / "needs-image")
+    (model / "qwen_ui.json").write_text('{"answers_without_images": false}')
+    settings = tiny_settings(tmp_path / "home")
+    ModelStore(settings.model_path).install(model, TINY_ID, "bf16")
+    with TestClient(create_app(settings)) as client:
+        log_in(client)
+        response = post(client, "How many shapes are there?", [], lang="zh")
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "no_image"
+        assert "图片" in response.json()["error"]["message"]
+        assert lines(post(client, "How many?", [png()]))[-1]["type"] == "done"
 
 
 def test_preload_loads_at_start_up(tmp_path: Path, tiny_model: Path) -> None:

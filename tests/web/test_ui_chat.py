@@ -66,7 +66,11 @@ async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_pat
     chat, _box, _bar, conversation, status = updates[-1]
     assert "ready" in status
     users = [m for m in chat if m["role"] == "user"]
-    assert [u["content"] for u in users] == [{"path": files[0]}, {"path": files[1]}, "What shape?"]
+    assert [u["content"] for u in users] == [
+        {"path": files[0], "alt_text": "image 1, img0.png"},
+        {"path": files[1], "alt_text": "image 2, img1.png"},
+        "What shape?",
+    ]
     stage, reply = chat[-2], chat[-1]
     assert stage["metadata"]["status"] == "done"
     assert stage["metadata"]["title"].startswith("Done in")
@@ -95,6 +99,52 @@ async def test_bad_input_shows_the_typed_message(chat_app: FastAPI, tmp_path: Pa
     chat = updates[-1][0]
     assert chat[-2]["metadata"] == {"title": "失败", "status": "done"}
     assert "格式不受支持" in chat[-1]["content"]
+
+
+async def test_a_refused_attachment_goes_back_into_the_box(
+    chat_app: FastAPI, tmp_path: Path
+) -> None:
+    good, bad = image_files(tmp_path, 1)[0], tmp_path / "notes.txt"
+    bad.write_text("not an image")
+    updates = await run(chat_app, {"text": "What?", "files": [good, str(bad)]})
+    chat, box = updates[-1][0], updates[-1][1]
+    assert not [m for m in chat if isinstance(m["content"], dict)]  # the chat holds no image
+    assert box["value"] == {"text": "What?", "files": [good, str(bad)]} and box["interactive"]
+    assert sum("not a supported format" in str(m["content"]) for m in chat) == 1
+
+
+async def test_image_only_submit_then_a_question(chat_app: FastAPI, tmp_path: Path) -> None:
+    files = image_files(tmp_path, 2)
+    refused = await run(chat_app, {"text": "", "files": files})
+    chat, box, _bar, conversation, _status = refused[-1]
+    assert conversation and "value" not in box  # the images went to the conversation
+    assert [m["content"]["path"] for m in chat if isinstance(m["content"], dict)] == files
+    assert chat[-1]["content"] == "⚠️ Please type a question."
+    answered = await run(chat_app, {"text": "Which is blue?", "files": []}, chat, conversation)
+    chat2, _box, _bar, conversation2, _status = answered[-1]
+    assert conversation2 == conversation
+    assert "• Encoding image 2/2" in chat2[-2]["content"]
+    assert chat2[-2]["metadata"]["title"].startswith("Done in")
+
+
+async def test_user_text_is_not_rendered_as_html(chat_app: FastAPI) -> None:
+    updates = await run(chat_app, {"text": "<img src=x> *why*?", "files": []})
+    chat = updates[-1][0]
+    assert "&lt;img src=x&gt; *why*?" in [m["content"] for m in chat if m["role"] == "user"]
+    assert "No image was used" in chat[-1]["content"]
+
+
+def test_done_title_says_one_token_and_one_duration() -> None:
+    from qwen_ui.engine.events import Done
+    from qwen_ui.web.ui import _apply
+
+    stage: dict[str, Any] = {"content": "", "metadata": {"title": "", "status": "pending"}}
+    reply: dict[str, Any] = {"content": ""}
+    done = Done("yes", "c1", 10, 1, 1, 0, "stop", {"total": 0.5}, images_seen=1)
+    _apply(done, stage, reply, "en")
+    assert stage["metadata"] == {"title": "Done in 0.5 s · 1 token", "status": "done"}
+    _apply(done, stage, reply, "zh")
+    assert "词元" not in stage["metadata"]["title"] and "1 个字词" in stage["metadata"]["title"]
 
 
 def test_stop_closes_the_pending_stage() -> None:

@@ -1,0 +1,169 @@
+"""The page shows what the server's conversation holds (Chromium via Playwright, tiny
+model): images stay after Stop and after an image-only submit, a refused attachment goes
+back into the box, the trash icon starts afresh on the server too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from tests.engine.conftest import png
+from tests.support.browser import chromium, log_in_page
+from tests.support.server import ServerProcess, tiny_model_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+STAGES = "#qwen-chat .message.bot, #qwen-chat [data-testid='bot']"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
+    context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1100})
+    tab = context.new_page()
+    log_in_page(tab, server)
+    tab.wait_for_selector("#qwen-question textarea")
+    yield tab
+    context.close()
+
+
+def attach(page: Page, folder: Path, n: int, extra: list[Path] | None = None) -> None:
+    paths = []
+    for i in range(n):
+        path = folder / f"shape{i}.png"
+        path.write_bytes(png((64 + 8 * i, 48), (200, 40 * i, 60)))
+        paths.append(str(path))
+    paths += [str(p) for p in extra or []]
+    page.set_input_files("#qwen-question input[type=file]", paths)
+    page.wait_for_function(
+        "n => document.querySelectorAll('#qwen-question .thumbnail-item').length >= n",
+        arg=len(paths),
+        timeout=15_000,
+    )
+
+
+def send(page: Page, question: str) -> None:
+    page.fill("#qwen-question textarea", question)
+    page.press("#qwen-question textarea", "Enter")
+
+
+def chat_images(page: Page) -> int:
+    return page.locator("#qwen-chat img").count()
+
+
+def chat_text(page: Page) -> str:
+    return page.locator("#qwen-chat").inner_text()
+
+
+def wait_text(page: Page, text: str, timeout: float = 60_000) -> None:
+    try:
+        page.wait_for_function(
+            "t => document.querySelector('#qwen-chat').innerText.includes(t)",
+            arg=text,
+            timeout=timeout,
+        )
+    except PlaywrightTimeout:
+        pytest.fail(f"{text!r} never shown; the chat says:\n{chat_text(page)}")
+
+
+def settled(page: Page) -> None:
+    """The turn's last step ran (it lists the conversation in the sidebar): the box
+    submits again."""
+    page.wait_for_function(
+        "() => document.querySelectorAll('#qwen-history label').length > 0"
+        " && !document.querySelector('#qwen-question textarea').disabled",
+        timeout=30_000,
+    )
+
+
+def stop(page: Page, stopped_before: int) -> None:
+    page.click("#qwen-stop")
+    page.wait_for_function(
+        "n => (document.querySelector('#qwen-chat').innerText.match(/Stopped/g) || []).length > n",
+        arg=stopped_before,
+        timeout=15_000,
+    )
+
+
+def test_stop_keeps_the_images_and_the_same_question_sees_them(
+    page: Page, tmp_path: Path, artifacts: Path
+) -> None:
+    attach(page, tmp_path, 2)
+    send(page, "Which image is red?")
+    wait_text(page, "Encoding image")
+    stop(page, 0)
+    assert chat_images(page) == 2  # still shown: the conversation still holds them
+    settled(page)
+    send(page, "Which image is red?")  # no re-attaching
+    # image 1 was encoded before the stop took effect; both are in the prompt again
+    wait_text(page, "Encoding image 1/2 (cached)")
+    wait_text(page, "Encoding image 2/2")
+    page.wait_for_selector("#qwen-chat >> text=Answering", timeout=60_000)
+    stop(page, 1)
+    assert chat_images(page) == 2
+    page.screenshot(path=str(artifacts / "chat-stop-keeps-images.png"), full_page=True)
+
+
+def test_image_only_submit_then_a_question(page: Page, tmp_path: Path) -> None:
+    attach(page, tmp_path, 2)
+    page.press("#qwen-question textarea", "Enter")
+    wait_text(page, "Please type a question.")
+    page.wait_for_function(  # the images stay in the chat: the conversation holds them
+        "() => document.querySelectorAll('#qwen-chat img').length === 2", timeout=10_000
+    )
+    settled(page)
+    send(page, "Which one is red?")
+    wait_text(page, "Encoding image 2/2")
+    wait_text(page, "Answering")
+    stop(page, 0)
+
+
+def test_refused_attachment_stays_in_the_box_with_one_message(
+    page: Page, tmp_path: Path, artifacts: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    attach(page, tmp_path, 1, [notes])
+    send(page, "What is this?")
+    wait_text(page, "not a supported format")
+    assert chat_images(page) == 0
+    page.wait_for_function(
+        "document.querySelector('#qwen-question textarea').value === 'What is this?'",
+        timeout=10_000,
+    )
+    assert page.locator("#qwen-question .thumbnail-item").count() == 2
+    assert chat_text(page).count("not a supported format") == 1
+    page.screenshot(path=str(artifacts / "chat-refused-attachment.png"), full_page=True)
+
+
+def test_trash_clears_the_server_conversation(page: Page, tmp_path: Path) -> None:
+    attach(page, tmp_path, 2)
+    send(page, "Which image is red?")
+    wait_text(page, "Answering")
+    stop(page, 0)
+    page.click("#qwen-chat button[aria-label='Clear']")
+    page.wait_for_function(
+        "!document.querySelector('#qwen-chat').innerText.includes('Which image')",
+        timeout=10_000,
+    )
+    send(page, "And now?")
+    wait_text(page, "Answering")
+    assert "Encoding image" not in chat_text(page)  # a fresh conversation: no image
+    assert chat_images(page) == 0
+    stop(page, 0)

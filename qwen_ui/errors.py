@@ -119,6 +119,20 @@ class ServiceUnavailable(QwenUIError):
     zh = "服务暂时不可用，请重试。"
 
 
+class BadGateway(QwenUIError):
+    status = 502
+    code = "bad_gateway"
+    en = "The model server failed; try again."
+    zh = "模型服务器出错，请重试。"
+
+
+class GatewayTimeout(QwenUIError):
+    status = 504
+    code = "gateway_timeout"
+    en = "The model server did not answer in time; try again."
+    zh = "模型服务器未能及时响应，请重试。"
+
+
 # --- state ------------------------------------------------------------------------------
 
 

@@ -221,6 +221,43 @@ class Settings(BaseSettings):
         False, description="Downscale images of a request that could never fit the budget."
     )
 
+    # --- OpenAI-compatible API and remote engines -------------------------------------
+    openai_image_hosts: str = Field(
+        "",
+        description="Comma-separated host names whose http(s) image URLs /v1/chat/completions "
+        "may fetch (empty: such URLs are refused; data: and oss:// URLs always work).",
+    )
+    engine: Literal["local", "openai"] = Field(
+        "local",
+        description="Who answers: 'local' (the model on this host) or 'openai' (a remote "
+        "OpenAI-compatible server such as vLLM, SGLang, LMDeploy or Model Studio).",
+    )
+    remote_base_url: str = Field(
+        "",
+        description="With engine=openai: the remote's API base URL, ending in /v1 (e.g. "
+        "http://vllm:8000/v1).",
+    )
+    remote_model: str = Field(
+        "", description="With engine=openai: the model name the remote serves."
+    )
+    remote_api_key: SecretStr | None = Field(
+        None, description="With engine=openai: the Bearer key for the remote (never logged)."
+    )
+    remote_max_concurrency: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="With engine=openai: most questions sent to the remote at once; more wait "
+        "in line (admission by count instead of memory).",
+    )
+    remote_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="With engine=openai: longest wait for the remote's first byte and between "
+        "two streamed chunks.",
+    )
+
     # --- state ----------------------------------------------------------------------
     redis_url: str | None = Field(
         None, description="Redis URL for sessions, throttles and caches (unset: in-process)."
@@ -299,6 +336,8 @@ class Settings(BaseSettings):
             object.__setattr__(self, name, value)
         if self.max_pixels < self.min_pixels:
             raise ValueError("max_pixels must be >= min_pixels")
+        if self.engine == "openai" and not (self.remote_base_url and self.remote_model):
+            raise ValueError("engine=openai needs remote_base_url and remote_model")
         if self.max_new_tokens > self.max_new_tokens_limit:
             raise ValueError("max_new_tokens must be <= max_new_tokens_limit")
         return self

@@ -14,6 +14,7 @@ step and drops the request's KV cache.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import logging
 import time
@@ -77,7 +78,19 @@ class AskOptions:
 
 
 @dataclass(frozen=True)
+class PastTurn:
+    """An earlier turn a stateless caller sends along (OpenAI-style messages)."""
+
+    question: str
+    answer: str
+    images: Sequence[bytes] = ()
+
+
+@dataclass(frozen=True)
 class AskRequest:
+    """``history`` set (even empty) makes the request stateless: the conversation is those
+    turns, nothing is stored, and ``Done.conversation_id`` is empty."""
+
     tenant: str
     question: str
     images: Sequence[bytes] = ()
@@ -85,6 +98,7 @@ class AskRequest:
     options: AskOptions = AskOptions()
     lang: str = "en"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    history: Sequence[PastTurn] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,48 @@ class History:
 
     turns: list[StoredTurn]
     images: dict[str, bytes]
+
+
+def sampling_for(s: Settings, options: AskOptions) -> SamplingOptions:
+    """The request's sampling options, server defaults filled in and bounds checked."""
+    limit = s.max_new_tokens_limit
+    max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
+    temperature = s.temperature if options.temperature is None else options.temperature
+    top_p = s.top_p if options.top_p is None else options.top_p
+    if not 1 <= max_new <= limit:
+        raise BadOption(name="max_new_tokens", low=1, high=limit)
+    if not 0.0 <= temperature <= 2.0:
+        raise BadOption(name="temperature", low=0, high=2)
+    if not 0.0 < top_p <= 1.0:
+        raise BadOption(name="top_p", low=0, high=1)
+    if options.seed is not None and not 0 <= options.seed <= SEED_MAX:
+        raise BadOption(name="seed", low=0, high=SEED_MAX)
+    return SamplingOptions(max_new, temperature, top_p, options.seed)
+
+
+def checked_question(settings: Settings, question: str) -> str:
+    text = question.strip()
+    if not text:
+        raise NoQuestion()
+    if len(text) > settings.max_question_chars:
+        raise QuestionTooLong(count=len(text), limit=settings.max_question_chars)
+    return text
+
+
+def recent_turns(turns: list[StoredTurn], new_images: int, max_images: int) -> list[StoredTurn]:
+    """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
+    budget = max_images - new_images
+    kept: list[StoredTurn] = []
+    for turn in reversed(turns):
+        if len(turn.images) > budget:
+            break
+        budget -= len(turn.images)
+        kept.append(turn)
+    return list(reversed(kept))
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class Engine:
@@ -220,7 +276,7 @@ class Engine:
             checked: list[image_checks.CheckedImage] = []
             async for event in self._decode(request.images, checked):
                 yield event
-            history = await self._history(request.tenant, conversation, len(checked))
+            history = await self._history(request, conversation, len(checked))
             turns = _turns(history, question, len(checked))
             fit = await self._fit(request, turns, history, checked, sampling)
             if fit.max_pixels is not None:
@@ -231,7 +287,7 @@ class Engine:
             plan = await self._plan(request, turns, history, checked, sampling, start)
             events: asyncio.Queue[Event] = asyncio.Queue()
             reservation = self._reserve(request.tenant, fit, events)
-            async with _Entered(reservation, events) as waiting:
+            async with EnteredAdmission(reservation, events) as waiting:
                 async for event in waiting:
                     yield event
                 job = self.worker.submit(lambda j: self._work(j, plan))
@@ -257,30 +313,18 @@ class Engine:
 
     # --- asyncio-side steps -------------------------------------------------------------
     def _sampling(self, options: AskOptions) -> SamplingOptions:
-        s = self.settings
-        limit = s.max_new_tokens_limit
-        max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
-        temperature = s.temperature if options.temperature is None else options.temperature
-        top_p = s.top_p if options.top_p is None else options.top_p
-        if not 1 <= max_new <= limit:
-            raise BadOption(name="max_new_tokens", low=1, high=limit)
-        if not 0.0 <= temperature <= 2.0:
-            raise BadOption(name="temperature", low=0, high=2)
-        if not 0.0 < top_p <= 1.0:
-            raise BadOption(name="top_p", low=0, high=1)
-        if options.seed is not None and not 0 <= options.seed <= SEED_MAX:
-            raise BadOption(name="seed", low=0, high=SEED_MAX)
-        return SamplingOptions(max_new, temperature, top_p, options.seed)
+        return sampling_for(self.settings, options)
 
     def _question(self, question: str) -> str:
-        text = question.strip()
-        if not text:
-            raise NoQuestion()
-        if len(text) > self.settings.max_question_chars:
-            raise QuestionTooLong(count=len(text), limit=self.settings.max_question_chars)
-        return text
+        return checked_question(self.settings, question)
 
     async def _conversation(self, request: AskRequest) -> Conversation:
+        if request.history is not None:
+            turns = [
+                StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
+                for t in request.history
+            ]
+            return Conversation("", request.tenant, turns)
         if request.conversation_id:
             return await self.conversations.get(request.tenant, request.conversation_id)
         return Conversation(new_id(), request.tenant)
@@ -299,12 +343,18 @@ class Engine:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
         self.metrics.images.observe(len(blobs))
 
-    async def _history(self, tenant: str, conversation: Conversation, new_images: int) -> History:
+    async def _history(
+        self, request: AskRequest, conversation: Conversation, new_images: int
+    ) -> History:
         """The earlier turns the prompt keeps; their images are read (once) only when
-        admission needs their sizes, otherwise on an embedding cache miss."""
+        admission needs their sizes, otherwise on an embedding cache miss (a stateless
+        request carries them)."""
+        tenant = request.tenant
         turns = self._history_window(conversation, new_images)
         images: dict[str, bytes] = {}
-        if self.admission is not None:
+        if request.history is not None:
+            images = {sha256(b): b for t in request.history for b in t.images}
+        elif self.admission is not None:
             for sha in (sha for turn in turns for sha in turn.images):
                 images[sha] = await self.conversations.image(tenant, sha)
         return History(turns, images)
@@ -388,7 +438,7 @@ class Engine:
         (tools and tests that size a request without running it)."""
         question = self._question(request.question)
         conversation = await self._conversation(request)
-        history = await self._history(request.tenant, conversation, len(new_sizes))
+        history = await self._history(request, conversation, len(new_sizes))
         turns = _turns(history, question, len(new_sizes))
         max_new = self._sampling(request.options).max_new_tokens
         return await self._shape(request, turns, history, new_sizes, max_new)
@@ -425,15 +475,7 @@ class Engine:
         return f"min={s.min_pixels},max={s.max_pixels}"
 
     def _history_window(self, conversation: Conversation, new_images: int) -> list[StoredTurn]:
-        """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
-        budget = self.settings.max_images - new_images
-        kept: list[StoredTurn] = []
-        for turn in reversed(conversation.turns):
-            if len(turn.images) > budget:
-                break
-            budget -= len(turn.images)
-            kept.append(turn)
-        return list(reversed(kept))
+        return recent_turns(conversation.turns, new_images, self.settings.max_images)
 
     async def _history_image(
         self, tenant: str, sha: str, snapshot_id: str, read: dict[str, bytes]
@@ -458,9 +500,10 @@ class Engine:
             await self.cache.put_remote(key, embedding)
         if result.outcome.finish_reason == "cancelled":
             return Failed.of(AnswerFailed(), request.lang)
-        turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
-        blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
-        await self.conversations.append(conversation, turn, blobs)
+        if request.history is None:
+            turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
+            blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
+            await self.conversations.append(conversation, turn, blobs)
         self.status.record_answer()
         self._observe(result)
         hits = sum(1 for item in plan.images if item.tier != "miss")
@@ -524,7 +567,7 @@ class Engine:
         embeddings, fresh = encoded
         language = self.pipelines.language()
         prompt = language.build_prompt(plan.turns, embeddings)
-        job.emit(Stage.at("answering"))
+        job.emit(Stage.at("answering", prompt_tokens=prompt.length))
         generation = self._generation(language.model, prompt, plan.sampling)
         stream = TextStream(language.decode)
         t0 = time.perf_counter()
@@ -622,7 +665,7 @@ class Decoder:
         return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 
-class _Entered:
+class EnteredAdmission:
     """Enter an admission context while relaying its queue-position events."""
 
     def __init__(self, manager: AbstractAsyncContextManager[Any], events: asyncio.Queue[Event]):

@@ -61,7 +61,7 @@ async def ask(
         lang=answer_lang,
     )
     events = ask_as(services, principal, ask_request)
-    head = await _checked_head(events)
+    head = await checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
         failed = head[-1]
@@ -70,7 +70,7 @@ async def ask(
     return StreamingResponse(_lines(head, events), media_type=NDJSON, headers=headers)
 
 
-async def _checked_head(events: AsyncIterator[Event]) -> list[Event]:
+async def checked_head(events: AsyncIterator[Event]) -> list[Event]:
     """The events up to the end of the input checks (image decoding): a failure among them
     becomes an HTTP error; anything later is streamed."""
     head: list[Event] = []

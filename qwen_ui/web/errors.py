@@ -22,6 +22,8 @@ from qwen_ui.errors import (
 )
 from qwen_ui.lang import Lang, negotiate
 from qwen_ui.services import maybe_services
+from qwen_ui.web import openai_wire
+from qwen_ui.web.guard import local_path
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +48,18 @@ def failure_response(
 
 
 def error_response(request: Request, error: QwenUIError) -> JSONResponse:
-    """``error`` as the one error response, in the request's language."""
-    message = error.message(request_lang(request))
-    return failure_response(error.code, message, error.status, error.retry_after)
+    """``error`` as the one error response, in the request's language (under /v1/, in
+    OpenAI's error object)."""
+    lang = request_lang(request)
+    path = local_path(request.scope)
+    if openai_wire.is_openai_path(path):
+        response = failure_response(error.code, "", error.status, error.retry_after)
+        return JSONResponse(
+            openai_wire.body_for(path, error, lang),
+            status_code=error.status,
+            headers={k: v for k, v in response.headers.items() if k == "retry-after"},
+        )
+    return failure_response(error.code, error.message(lang), error.status, error.retry_after)
 
 
 async def _handle_app_error(request: Request, exc: Exception) -> JSONResponse:

@@ -313,6 +313,7 @@ def test_events_serialise_to_json() -> None:
         "progress": stage.progress,
         "wait_s": 0.0,
         "max_pixels": 0,
+        "prompt_tokens": 0,
     }
     assert stage.label("en") == "Encoding image 2/3 (cached)"
     assert stage.label("zh") == "正在编码图片 2/3（缓存）"

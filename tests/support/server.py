@@ -32,12 +32,13 @@ class ServerProcess:
         env: Mapping[str, str | None] | None = None,
         command: list[str] | None = None,
         cwd: Path | None = None,
+        port: int | None = None,
     ) -> None:
         self.home = home
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = home / "server.log"
-        self._log = self.log_path.open("w")
+        self._log = self.log_path.open("a")
         merged = {**os.environ, "QWEN_UI_HOME": str(home), "PYTHONUNBUFFERED": "1", **(env or {})}
         prefix = command or [sys.executable, "-m", "qwen_ui.cli"]
         self.started = time.monotonic()
@@ -49,7 +50,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
         )
 
-    def wait_for(self, path: str, status: int = 200, timeout: float = 60.0) -> float:
+    def wait_for(self, path: str, status: int = 200, timeout: float = 180.0) -> float:
         """Seconds from process start until ``path`` answered ``status``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

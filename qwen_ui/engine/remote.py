@@ -63,6 +63,7 @@ class Answer:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     first_token: float | None = None
+    images_seen: int = 0  # images in the prompt sent, earlier turns' included
 
 
 class RemoteEngine:
@@ -148,6 +149,7 @@ class RemoteEngine:
                 async with aclosing(self._stream(body, sampling, answer)) as stream:
                     async for event in stream:
                         yield event
+            answer.images_seen = len(checked) + sum(len(turn.images) for turn in history)
             yield await self._finish(request, conversation, question, checked, answer, started)
             outcome = "done"
         except QwenUIError as exc:
@@ -291,6 +293,7 @@ class RemoteEngine:
             cache_hits=0,
             finish_reason=reason,
             timings=timings,
+            images_seen=answer.images_seen,
         )
 
     def _saw_failure(self, exc: QwenUIError) -> None:

@@ -91,9 +91,10 @@ async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: 
     engine = remote_engine(tmp_path, fake)
     first = await collect(engine, AskRequest("demo", "How many?", [png()]))
     done = first[-1]
-    assert isinstance(done, Done) and done.conversation_id
+    assert isinstance(done, Done) and done.conversation_id and done.images_seen == 1
     follow = AskRequest("demo", "And red?", conversation_id=done.conversation_id)
-    assert isinstance((await collect(engine, follow))[-1], Done)
+    later = (await collect(engine, follow))[-1]
+    assert isinstance(later, Done) and later.images_seen == 1  # the first turn's image
     messages = fake.bodies[1]["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert messages[0]["content"][0]["type"] == "image_url"
@@ -102,7 +103,9 @@ async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: 
     # stateless history (the /v1 API): sent along, nothing stored
     stateless = AskRequest("demo", "Again?", history=[PastTurn("How many?", "3", [png()])])
     end = (await collect(engine, stateless))[-1]
-    assert isinstance(end, Done) and end.conversation_id == ""
+    assert isinstance(end, Done) and end.conversation_id == "" and end.images_seen == 1
+    alone = (await collect(engine, AskRequest("demo", "Hello?")))[-1]
+    assert isinstance(alone, Done) and alone.images_seen == 0
     assert fake.bodies[2]["messages"][0]["content"][0]["type"] == "image_url"
     await engine.close()
 

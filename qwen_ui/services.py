@@ -120,7 +120,10 @@ def _engine(
         settings, placement(settings), AdmissionMetrics(metrics.registry), auth.tenant_limit
     )
     if settings.engine == "openai":
-        return RemoteEngine(settings, state, status=status, metrics=engine_metrics), admission
+        remote = RemoteEngine(
+            settings, state, status=status, metrics=engine_metrics, tenant_limit=auth.tenant_limit
+        )
+        return remote, admission
     engine = Engine(
         settings, store, state, status=status, metrics=engine_metrics, admission=admission
     )

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qwen_ui.auth.tenants import Limits, Tenant
+from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.errors import NotStarted
 from qwen_ui.server import create_app
 from qwen_ui.services import Services, maybe_services, services_of
@@ -45,6 +46,30 @@ def test_seam_limits_and_metrics(settings: Settings) -> None:
         'qwen_ui_admission_refusals_total{reason="never_fits"}',
     ):
         assert name in metrics
+
+
+def test_remote_engine_admits_within_the_tenants_limits(home: Path) -> None:
+    settings = Settings(
+        home=home,
+        engine="openai",
+        remote_base_url="http://127.0.0.1:9/v1",  # never asked here
+        remote_model="Qwen/Qwen2.5-VL-7B-Instruct",
+        remote_max_concurrency=5,
+    )
+    tenant = Tenant(
+        id="acme",
+        kind="local",
+        users={"u": auth_support.test_password_hash()},
+        limits=Limits(concurrent_requests=3),  # type: ignore[call-arg]
+    )
+    auth_support.add_tenants(settings.tenants_path, tenant)
+    app = create_app(settings, ui=False)
+    with TestClient(app):
+        engine = services_of(app).engine
+        assert isinstance(engine, RemoteEngine)
+        controller = engine.gate.controller
+        assert (controller.budget, controller.tenant_limit("acme")) == (5, 3)
+        assert controller.tenant_limit("unknown") == Limits().concurrent_requests  # type: ignore[call-arg]
 
 
 def test_services_live_as_long_as_the_lifespan(settings: Settings) -> None:

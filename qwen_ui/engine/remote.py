@@ -4,8 +4,9 @@ OSS images and conversations stay on our side; no model is loaded here and no GP
 needed.
 
 Stages: ``decoding`` (checking images), ``queued`` (waiting for one of
-``remote_max_concurrency`` slots), ``sending``, ``waiting`` (until the first token),
-``answering`` with token deltas, then ``done``. Closing the iterator closes the remote
+``remote_max_concurrency`` slots, within the tenant's ``concurrent_requests``),
+``sending``, ``waiting`` (until the first token), ``answering`` with token deltas, then
+``done``. Closing the iterator closes the remote
 stream. Failures of the remote are typed 502 / 504 errors (see ``remote_client``).
 """
 
@@ -19,6 +20,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from qwen_ui.admission.controller import TenantLimit, unlimited
 from qwen_ui.admission.count import CountGate
 from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
@@ -61,6 +63,7 @@ class Answer:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     first_token: float | None = None
+    images_seen: int = 0  # images in the prompt sent, earlier turns' included
 
 
 class RemoteEngine:
@@ -71,6 +74,7 @@ class RemoteEngine:
         status: EngineStatus | None = None,
         metrics: EngineMetrics | None = None,
         client: RemoteClient | None = None,
+        tenant_limit: TenantLimit = unlimited,
     ) -> None:
         self.settings = settings
         self.status = status or EngineStatus()
@@ -80,7 +84,10 @@ class RemoteEngine:
         )
         self.conversations = ConversationStore(state, settings.conversation_ttl_s)
         self.gate = CountGate(
-            settings.remote_max_concurrency, settings.queue_max, settings.queue_timeout_s
+            settings.remote_max_concurrency,
+            settings.queue_max,
+            settings.queue_timeout_s,
+            tenant_limit,
         )
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
@@ -142,6 +149,7 @@ class RemoteEngine:
                 async with aclosing(self._stream(body, sampling, answer)) as stream:
                     async for event in stream:
                         yield event
+            answer.images_seen = len(checked) + sum(len(turn.images) for turn in history)
             yield await self._finish(request, conversation, question, checked, answer, started)
             outcome = "done"
         except QwenUIError as exc:
@@ -285,6 +293,7 @@ class RemoteEngine:
             cache_hits=0,
             finish_reason=reason,
             timings=timings,
+            images_seen=answer.images_seen,
         )
 
     def _saw_failure(self, exc: QwenUIError) -> None:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from qwen_ui.admission.controller import unlimited
 from qwen_ui.engine.engine import AskOptions, AskRequest, PastTurn
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.remote import RemoteEngine
@@ -41,11 +42,12 @@ def remote_engine(
         "max_pixels": 112 * 112,
         **extra,
     }
+    tenant_limit = values.pop("tenant_limit", unlimited)
     settings = Settings(**values)
     client = RemoteClient(
         BASE, settings.remote_api_key, settings.remote_timeout_s, fake.transport()
     )
-    engine = RemoteEngine(settings, MemoryState(), client=client)
+    engine = RemoteEngine(settings, MemoryState(), client=client, tenant_limit=tenant_limit)
     engine.start()
     return engine
 
@@ -89,9 +91,10 @@ async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: 
     engine = remote_engine(tmp_path, fake)
     first = await collect(engine, AskRequest("demo", "How many?", [png()]))
     done = first[-1]
-    assert isinstance(done, Done) and done.conversation_id
+    assert isinstance(done, Done) and done.conversation_id and done.images_seen == 1
     follow = AskRequest("demo", "And red?", conversation_id=done.conversation_id)
-    assert isinstance((await collect(engine, follow))[-1], Done)
+    later = (await collect(engine, follow))[-1]
+    assert isinstance(later, Done) and later.images_seen == 1  # the first turn's image
     messages = fake.bodies[1]["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert messages[0]["content"][0]["type"] == "image_url"
@@ -100,7 +103,9 @@ async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: 
     # stateless history (the /v1 API): sent along, nothing stored
     stateless = AskRequest("demo", "Again?", history=[PastTurn("How many?", "3", [png()])])
     end = (await collect(engine, stateless))[-1]
-    assert isinstance(end, Done) and end.conversation_id == ""
+    assert isinstance(end, Done) and end.conversation_id == "" and end.images_seen == 1
+    alone = (await collect(engine, AskRequest("demo", "Hello?")))[-1]
+    assert isinstance(alone, Done) and alone.images_seen == 0
     assert fake.bodies[2]["messages"][0]["content"][0]["type"] == "image_url"
     await engine.close()
 
@@ -196,6 +201,52 @@ async def test_admission_by_count_queues_the_second_question(tmp_path: Path) -> 
     queued = [e for e in events if isinstance(e, Stage) and e.stage == "queued"]
     assert [q.ahead for q in queued] == [0] and isinstance(events[-1], Done)
     assert engine.gate.active == 0
+    await engine.close()
+
+
+async def until_stage(events: Any, stage: str) -> None:
+    async for event in events:
+        if isinstance(event, Stage) and event.stage == stage:
+            return
+    raise AssertionError(f"no {stage} stage")
+
+
+async def test_tenant_over_its_concurrent_limit_waits_others_pass(tmp_path: Path) -> None:
+    fake = ModelStudioFake()
+    limits = {"acme": 1, "other": 1}
+    engine = remote_engine(tmp_path, fake, tenant_limit=limits.__getitem__)
+    first = engine.ask(AskRequest("acme", "How many?", [png()]))
+    await until_stage(first, "sending")  # acme holds its only slot (of 4 in all)
+    second = asyncio.ensure_future(collect(engine, AskRequest("acme", "And?", [png()])))
+    await asyncio.sleep(0.05)
+    assert (engine.gate.waiting, engine.gate.inflight("acme")) == (1, 1)
+    other = await collect(engine, AskRequest("other", "How many?", [png()]))
+    assert isinstance(other[-1], Done)  # another tenant overtakes the waiting one
+    assert not second.done()
+    rest = [event async for event in first]
+    assert isinstance(rest[-1], Done)
+    events = await second
+    queued = [e for e in events if isinstance(e, Stage) and e.stage == "queued"]
+    assert [q.ahead for q in queued] == [0] and isinstance(events[-1], Done)
+    assert (engine.gate.active, engine.gate.waiting) == (0, 0)
+    assert len(fake.bodies) == 3
+    await engine.close()
+
+
+async def test_tenant_over_its_limit_gets_the_typed_busy_error(tmp_path: Path) -> None:
+    fake = ModelStudioFake()
+    engine = remote_engine(tmp_path, fake, tenant_limit=lambda t: 1, queue_timeout_s=0.2)
+    first = engine.ask(AskRequest("acme", "How many?", [png()]))
+    await until_stage(first, "sending")
+    events = await collect(engine, AskRequest("acme", "And?", [png()]))
+    failed = events[-1]
+    assert isinstance(failed, Failed)  # the local engine's busy error, with Retry-After
+    assert (failed.code, failed.status) == ("busy_wait_timeout", 503)
+    assert failed.retry_after is not None and failed.retry_after > 0
+    assert len(fake.bodies) == 0  # nothing was sent for it
+    await first.aclose()
+    assert (engine.gate.active, engine.gate.inflight("acme")) == (0, 0)
+    assert isinstance((await collect(engine, AskRequest("acme", "Now?", [png()])))[-1], Done)
     await engine.close()
 
 

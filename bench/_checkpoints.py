@@ -21,7 +21,9 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig
 
-from qwen_ui.demo import awq_format, modelcfg
+from qwen_ui.demo import modelcfg
+from qwen_ui.engine import awq_format
+from qwen_ui.engine.awq_format import to_legacy_key
 
 GiB = 1024**3
 DEMO_FILES = Path(__file__).resolve().parent.parent / "qwen_ui" / "demo" / "weights" / "bf16"
@@ -142,14 +144,6 @@ def model_config(arch: str, layers: int | None, depth: int | None) -> Qwen2_5_VL
     )
 
 
-def official_name(name: str) -> str:
-    if name.startswith("model.visual."):
-        return name[len("model.") :]
-    if name.startswith("model.language_model."):
-        return "model." + name[len("model.language_model.") :]
-    return name
-
-
 def random_tensors(config: Qwen2_5_VLConfig, seed: int) -> Iterator[tuple[str, torch.Tensor]]:
     """Every checkpoint tensor, random, in AutoAWQ layout for the decoder's linears."""
     gen = torch.Generator().manual_seed(seed)
@@ -160,15 +154,18 @@ def random_tensors(config: Qwen2_5_VLConfig, seed: int) -> Iterator[tuple[str, t
         awq = module.split(".")[-1] in AWQ_LINEARS and ".visual." not in name
         if awq and leaf == "weight":
             out_f, in_f = param.shape
-            base = official_name(module)
+            base = to_legacy_key(module)
             yield f"{base}.qweight", _int32((in_f, out_f // 8), gen)
             yield f"{base}.qzeros", _int32((in_f // GROUP, out_f // 8), gen)
             yield f"{base}.scales", torch.rand(in_f // GROUP, out_f, generator=gen).half() * 2e-3
         elif "norm" in name and leaf == "weight":
-            yield official_name(name), torch.ones(param.shape, dtype=torch.float16)
+            yield to_legacy_key(name), torch.ones(param.shape, dtype=torch.float16)
         else:
             std = 0.02 if param.dim() > 1 else 0.01
-            yield official_name(name), (torch.randn(param.shape, generator=gen) * std).half()
+            yield (
+                to_legacy_key(name),
+                (torch.randn(param.shape, generator=gen) * std).half(),
+            )
 
 
 def _int32(shape: tuple[int, int], gen: torch.Generator) -> torch.Tensor:

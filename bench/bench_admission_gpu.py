@@ -56,6 +56,7 @@ from PIL import Image
 from qwen_ui.admission.seam import EngineAdmission, build
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Done, Failed
+from qwen_ui.engine.facts import placement
 from qwen_ui.settings import Settings
 from qwen_ui.state import MemoryState
 
@@ -193,10 +194,8 @@ def settings_for(workdir: Path, device: str, **extra: Any) -> Settings:
 
 
 async def started(settings: Settings, path: Path) -> tuple[Engine, EngineAdmission]:
-    holder: dict[str, Engine] = {}
-    admission = build(settings, lambda: holder.get("engine"), tenant_limit=lambda t: 8)
+    admission = build(settings, placement(settings), tenant_limit=lambda t: 8)
     engine = Engine(settings, DirStore(path), MemoryState(), admission=admission)
-    holder["engine"] = engine
     engine.start()
     return engine, admission
 
@@ -204,7 +203,7 @@ async def started(settings: Settings, path: Path) -> tuple[Engine, EngineAdmissi
 async def accuracy(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     settings = settings_for(args.workdir, args.device, downscale_to_fit=False)
     engine, admission = await started(settings, path)
-    device = admission.device
+    device = torch.device(admission.placement.device)
     meter = Meter(engine, device)
     rng = random.Random(1)
     rows = []
@@ -215,7 +214,7 @@ async def accuracy(args: argparse.Namespace, path: Path) -> dict[str, Any]:
         _expect_done(warm[1])
         for sizes, max_new in accuracy_cases(args.quick, rng):
             request = request_of("bench", sizes, max_new, rng)
-            sized = await admission.size(request, sizes)
+            sized = admission.size(await engine.shape(request, sizes))
             measured, events = await meter.measure(request)
             done = _expect_done(events)
             rows.append(_row(sizes, max_new, sized, measured, done))
@@ -280,7 +279,7 @@ async def load(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     outcomes: dict[str, int] = {}
     try:
         _expect_done([e async for e in engine.ask(request_of("warm", [(640, 480)], 8, rng))])
-        await admission.facts()  # measures the resident weights, sets the budget
+        await engine.served_model()  # measures the resident weights, sets the budget
         ooms_before = _ooms(device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)

@@ -66,7 +66,7 @@ from _checkpoints import (
 from PIL import Image
 from transformers import AutoProcessor
 
-from qwen_ui.engine.awq import QUANT_SUFFIXES, dequantize_awq
+from qwen_ui.engine.awq_format import QUANT_SUFFIXES, dequantize
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Done, Token
 from qwen_ui.engine.loading import _read_tensors, rename
@@ -294,7 +294,7 @@ def stock_model(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
                 target = rename(f"{prefix}.weight", names)
                 if target is None:
                     raise KeyError(key)
-                state[target].copy_(dequantize_awq(q, z, s, group).to(dtype))
+                state[target].copy_(dequantize(q, z, s, group).to(dtype))
                 continue
             target = rename(key, names)
             if target is not None and target in state:

@@ -20,6 +20,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from qwen_ui import __version__
+from qwen_ui.errors import NotStarted
 from qwen_ui.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -81,12 +82,7 @@ class DeferredApp:
                 body["reason"] = self._error
             await _json(send, 503 if failed else 200, body)
             return
-        error = {
-            "code": "starting",
-            "message": "qwen-ui is starting; retry shortly.",
-            "status": 503,
-        }
-        await _json(send, 503, {"error": error}, retry_after=1)
+        await _json(send, 503, NotStarted().to_dict("en"), retry_after=1)
 
 
 async def _json(send: Send, status: int, body: dict[str, Any], retry_after: int = 0) -> None:

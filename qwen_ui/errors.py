@@ -12,9 +12,19 @@ Messages must never contain secrets: parameters are the things a person can act 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-Lang = Literal["en", "zh"]
+from qwen_ui.lang import Lang
+
+
+def error_body(
+    code: str, message: str, status: int, retry_after: float | None = None
+) -> dict[str, Any]:
+    """The one error shape: ``{"error": {"code", "message", "status"[, "retry_after"]}}``."""
+    body: dict[str, Any] = {"code": code, "message": message, "status": status}
+    if retry_after is not None:
+        body["retry_after"] = round(retry_after, 1)
+    return {"error": body}
 
 
 class QwenUIError(Exception):
@@ -30,19 +40,12 @@ class QwenUIError(Exception):
         self.retry_after = retry_after
         super().__init__(self.message("en"))
 
-    def message(self, lang: str = "en") -> str:
+    def message(self, lang: Lang | str = "en") -> str:
         template = self.zh if lang == "zh" else self.en
         return template.format(**self.params)
 
     def to_dict(self, lang: str = "en") -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "code": self.code,
-            "message": self.message(lang),
-            "status": self.status,
-        }
-        if self.retry_after is not None:
-            body["retry_after"] = round(self.retry_after, 1)
-        return {"error": body}
+        return error_body(self.code, self.message(lang), self.status, self.retry_after)
 
 
 # --- the HTTP families -----------------------------------------------------------------
@@ -116,6 +119,20 @@ class ServiceUnavailable(QwenUIError):
     zh = "服务暂时不可用，请重试。"
 
 
+class BadGateway(QwenUIError):
+    status = 502
+    code = "bad_gateway"
+    en = "The model server failed; try again."
+    zh = "模型服务器出错，请重试。"
+
+
+class GatewayTimeout(QwenUIError):
+    status = 504
+    code = "gateway_timeout"
+    en = "The model server did not answer in time; try again."
+    zh = "模型服务器未能及时响应，请重试。"
+
+
 # --- state ------------------------------------------------------------------------------
 
 
@@ -144,6 +161,28 @@ class StoreError(BadRequest):
     code = "store_error"
     en = "Model store: {problem}"
     zh = "模型仓库：{problem}"
+
+
+class ManifestError(StoreError):
+    """The bytes are not a snapshot manifest this version understands."""
+
+    code = "manifest_invalid"
+    en = "The model manifest is not valid: {problem}"
+    zh = "模型清单无效：{problem}"
+
+
+class FetchError(QwenUIError):
+    """Downloading a model from the hub failed; ``exit_code`` is what ``qwen-ui models
+    fetch`` ends with. The English message is the problem itself (the CLI prints it)."""
+
+    status = 502
+    code = "fetch_failed"
+    en = "{problem}"
+    zh = "模型下载失败：{problem}"
+
+    def __init__(self, problem: str, exit_code: int) -> None:
+        super().__init__(problem=problem)
+        self.exit_code = exit_code
 
 
 # --- engine -----------------------------------------------------------------------------

@@ -24,7 +24,9 @@ from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.service import AuthService
 from qwen_ui.demo.install import DemoInstallingStore
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
+from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.errors import NotStarted
 from qwen_ui.metrics import Metrics
@@ -56,7 +58,7 @@ class Services:
     state: State
     auth: AuthService
     admission: EngineAdmission
-    engine: Engine
+    engine: Engine | RemoteEngine
     uploads: UploadRegistry | None = None  # with the UI: owners of Gradio's uploads
     answering: bool = True  # False once closed
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -71,7 +73,7 @@ class Services:
         missing (``qwen-ui serve``); otherwise the first question installs it."""
         quiet_oss2_logging()
         store = store or DemoInstallingStore(settings.model_path)
-        if install_demo and settings.is_demo_model:
+        if install_demo and settings.is_demo_model and settings.engine == "local":
             await asyncio.to_thread(store.resolve, settings.model_id, settings.model_revision)
         metrics, status = Metrics(), EngineStatus()
         metrics.watch_engine(status)
@@ -81,13 +83,7 @@ class Services:
         except BaseException:
             await state.close()
             raise
-        engine = Engine(
-            settings, store, state, status=status, metrics=EngineMetrics(metrics.registry)
-        )
-        admission = build_admission(
-            settings, lambda: engine, AdmissionMetrics(metrics.registry), auth.tenant_limit
-        )
-        engine.admission = admission
+        engine, admission = _engine(settings, store, state, status, metrics, auth)
         engine.start()
         services = cls(settings, metrics, status, store, state, auth, admission, engine)
         if settings.preload:
@@ -107,6 +103,28 @@ class Services:
             await self.engine.close()
         finally:
             await self.state.close()
+
+
+def _engine(
+    settings: Settings,
+    store: ServedStore,
+    state: State,
+    status: EngineStatus,
+    metrics: Metrics,
+    auth: AuthService,
+) -> tuple[Engine | RemoteEngine, EngineAdmission]:
+    """The local engine with its VRAM admission, or with ``engine=openai`` the remote one
+    (no model here; it admits by count, so the VRAM admission is never asked)."""
+    engine_metrics = EngineMetrics(metrics.registry)
+    admission = build_admission(
+        settings, placement(settings), AdmissionMetrics(metrics.registry), auth.tenant_limit
+    )
+    if settings.engine == "openai":
+        return RemoteEngine(settings, state, status=status, metrics=engine_metrics), admission
+    engine = Engine(
+        settings, store, state, status=status, metrics=engine_metrics, admission=admission
+    )
+    return engine, admission
 
 
 def attach(app: Any, services: Services | None) -> None:

@@ -29,8 +29,8 @@ def default_home() -> Path:
 
 
 def default_themes_dir() -> Path:
-    """The ``themes/`` folder of the source tree this package runs from."""
-    return Path(__file__).resolve().parent.parent / "themes"
+    """The ``themes/`` folder shipped inside the package."""
+    return Path(__file__).resolve().parent / "themes"
 
 
 class Settings(BaseSettings):
@@ -120,10 +120,10 @@ class Settings(BaseSettings):
         256,
         ge=0,
         description="AWQ models: prompts of more tokens than this run each int4 layer on a "
-        "weight dequantized for that call (the int4 kernel is slow at large batch: 7B time to "
-        "first token 110-119 ms instead of 550 on an H200). On CUDA it reads the kernel's own "
-        "weight, and the first such prompt compiles the prefill's kernels (once per process); "
-        "on the CPU it keeps AWQ's tensors beside it (4 bits more per weight). 0 = off.",
+        "weight dequantized for that call instead of the int4 kernel, which is slow at large "
+        "batch. On CUDA it reads the kernel's own weight, and the first such prompt compiles "
+        "the prefill's kernels (once per process); on the CPU it keeps AWQ's tensors beside "
+        "it (4 bits more per weight). 0 = off.",
     )
     fuse_projections: bool = Field(
         True,
@@ -149,7 +149,7 @@ class Settings(BaseSettings):
         description="With a static cache on CUDA, replay the language model's prefill of "
         "prompts of up to this many tokens from CUDA graphs recorded per 64-token length "
         "bucket (the first prompt of a bucket records it, about two eager passes): one "
-        "launch instead of hundreds (7B, one cached 1024x768 image: docs/BENCHMARKS.md). "
+        "launch instead of hundreds. "
         "Their shared memory pool and staging buffers are kept out of the request budget. "
         "0 = off; ignored on the CPU.",
     )
@@ -219,6 +219,43 @@ class Settings(BaseSettings):
     )
     downscale_to_fit: bool = Field(
         False, description="Downscale images of a request that could never fit the budget."
+    )
+
+    # --- OpenAI-compatible API and remote engines -------------------------------------
+    openai_image_hosts: str = Field(
+        "",
+        description="Comma-separated host names whose http(s) image URLs /v1/chat/completions "
+        "may fetch (empty: such URLs are refused; data: and oss:// URLs always work).",
+    )
+    engine: Literal["local", "openai"] = Field(
+        "local",
+        description="Who answers: 'local' (the model on this host) or 'openai' (a remote "
+        "OpenAI-compatible server such as vLLM, SGLang, LMDeploy or Model Studio).",
+    )
+    remote_base_url: str = Field(
+        "",
+        description="With engine=openai: the remote's API base URL, ending in /v1 (e.g. "
+        "http://vllm:8000/v1).",
+    )
+    remote_model: str = Field(
+        "", description="With engine=openai: the model name the remote serves."
+    )
+    remote_api_key: SecretStr | None = Field(
+        None, description="With engine=openai: the Bearer key for the remote (never logged)."
+    )
+    remote_max_concurrency: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="With engine=openai: most questions sent to the remote at once; more wait "
+        "in line (admission by count instead of memory).",
+    )
+    remote_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="With engine=openai: longest wait for the remote's first byte and between "
+        "two streamed chunks.",
     )
 
     # --- state ----------------------------------------------------------------------
@@ -299,6 +336,8 @@ class Settings(BaseSettings):
             object.__setattr__(self, name, value)
         if self.max_pixels < self.min_pixels:
             raise ValueError("max_pixels must be >= min_pixels")
+        if self.engine == "openai" and not (self.remote_base_url and self.remote_model):
+            raise ValueError("engine=openai needs remote_base_url and remote_model")
         if self.max_new_tokens > self.max_new_tokens_limit:
             raise ValueError("max_new_tokens must be <= max_new_tokens_limit")
         return self
@@ -370,7 +409,7 @@ def _type_name(annotation: Any) -> str:
 
 def _default_text(name: str, info: Any) -> str:
     if info.default_factory is not None:
-        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<source>/themes"}.get(
+        return {"home": "~/.local/share/qwen-ui", "themes_dir": "<package>/themes"}.get(
             name, "(computed)"
         )
     return "" if info.default is None else str(info.default)

@@ -43,8 +43,8 @@ cmd_test() {
   need_debian redis-server redis-server
   need_debian chromium chromium fonts-noto-cjk
   log "ruff"
-  "$VENV/bin/ruff" check qwen_ui tests bench themes training app.py
-  "$VENV/bin/ruff" format --check qwen_ui tests bench themes training app.py
+  "$VENV/bin/ruff" check qwen_ui tests bench training app.py
+  "$VENV/bin/ruff" format --check qwen_ui tests bench training app.py
   log "mypy"
   "$VENV/bin/mypy"
   log "pytest"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+import qwen_ui
 from qwen_ui.settings import Settings, field_rows, markdown_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -81,3 +82,14 @@ def test_readme_table_matches_declarations() -> None:
     assert match.group(1).strip() == markdown_table().strip(), (
         "README configuration table drifted: regenerate with `qwen-ui settings-doc`"
     )
+
+
+def test_themes_ship_inside_the_package(tmp_path: Path) -> None:
+    themes = Settings(home=tmp_path).themes_dir
+    assert themes == Path(qwen_ui.__file__).resolve().parent / "themes"
+    assert (themes / "qwen" / "theme.py").is_file() and (themes / "qwen" / "style.css").is_file()
+
+
+def test_themes_dir_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("QWEN_UI_THEMES_DIR", str(tmp_path / "my-themes"))
+    assert Settings(home=tmp_path).themes_dir == tmp_path / "my-themes"

@@ -11,7 +11,7 @@ the end) with its attention output and MLP down projections at zero, so that it 
 nothing to the residual stream: the grown model computes what the pruned one did, and
 training then gives it one more step of composition. The checkpoint is the stock
 architecture with a new ``num_hidden_layers`` and ``intermediate_size``; its vision
-tower is untouched. docs/demo-model.md ("Eleventh session") says why depth.
+tower is untouched. training/NOTES.md ("Eleventh session") says why depth.
 """
 
 from __future__ import annotations

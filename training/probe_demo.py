@@ -36,7 +36,7 @@ fitted on all of one language's and scored on the other's (is it the same code i
 ``mixture``: the turns (first questions and follow-ups) of the first ``--n`` training
 samples that ``train.py`` with ``--train-options`` and ``--seed`` draws, by type,
 language, yes/no answer and place; no model.
-Figures from these are in docs/demo-model.md ("Eleventh session" to "Thirteenth session").
+Figures from these are in training/NOTES.md ("Eleventh session" to "Thirteenth session").
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ sync debug mode, grouped by the calling line), and ``torch.profiler`` kernel cat
         --warmup 1 --steps 2                         # CPU dry run
 
 A training step of this 12 M-parameter model ran at 7.4-7.8 steps/s of 160 samples on the
-H200 with the loader waiting 5 % of the time (docs/demo-model.md), so the step itself is
+H200 with the loader waiting 5 % of the time (training/NOTES.md), so the step itself is
 the limit: this says whether launches, host syncs or kernels set it. Prints one JSON
 document on stdout.
 """

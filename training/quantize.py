@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from qwen_ui.demo import awq_format, modelcfg, scenes
+from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.engine import awq_format
 
 log = logging.getLogger(__name__)
 

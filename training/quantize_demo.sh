@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuild the demo model's `awq` revision from its `bf16` revision (offline, CPU) with a
 # maintained quantizer, gptqmodel, in its own environment (.venv-quantize, git-ignored;
-# the runtime never imports it). See docs/demo-model.md, "AWQ".
+# the runtime never imports it). See training/NOTES.md, "AWQ".
 #
 #   training/quantize_demo.sh [SRC] [OUT] [SAMPLES]
 #

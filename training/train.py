@@ -39,15 +39,16 @@ from PIL import Image, ImageDraw
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from qwen_ui.demo import WEIGHTS as SHIPPED
 from qwen_ui.demo import evaluate as scoring
 from qwen_ui.demo import modelcfg, scenes
-from qwen_ui.demo.install import weights_dir
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
 from training import names
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = weights_dir("bf16")
+# the device has torch and transformers only: nothing here may import the app's settings
+WEIGHTS = SHIPPED / "bf16"
 IGNORE = -100
 # the image processor's normalisation (OpenAI CLIP mean/std, as in Qwen2-VL)
 IMAGE_MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073])[None, :, None]
@@ -252,7 +253,7 @@ def _index_counts(scene: scenes.Scene, grid_h: int, grid_w: int) -> torch.Tensor
     mask = Image.new("L", (scene.width, scene.height), 0)
     draw = ImageDraw.Draw(mask)
     for i, s in enumerate(scene.shapes):
-        scenes._draw_shape(draw, s, fill=i + 1)
+        scenes.draw_shape(draw, s, fill=i + 1)
     resized = mask.resize((grid_w * PATCH, grid_h * PATCH), Image.Resampling.NEAREST)
     codes = torch.frombuffer(bytearray(resized.tobytes()), dtype=torch.uint8)
     tokens = (grid_h // MERGE) * (grid_w // MERGE)
@@ -966,7 +967,7 @@ def parse_kind_weights(text: str) -> dict[str, float]:
     for part in filter(None, text.split(",")):
         key, _, value = part.partition("=")
         kind, _, lang = key.partition(":")
-        known = kind in scenes.KINDS and (not lang or lang in scenes.LANGS)
+        known = kind in scenes.ALL_KINDS and (not lang or lang in scenes.LANGS)
         if not known or float(value) < 0:
             raise argparse.ArgumentTypeError(f"bad kind weight {part!r}")
         weights[key] = float(value)
@@ -1172,8 +1173,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--kinds",
-        default=",".join(scenes.KINDS),
-        help="comma-separated question types to train and evaluate on",
+        default=",".join(scenes.ALL_KINDS),
+        help="comma-separated question types to train and evaluate on (default: the "
+        "grammar's, grounding and off-grammar refusals)",
     )
     p.add_argument(
         "--kind-weights",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One demo-model training run on the device GPU, inside one call (docs/demo-model.md,
+# One demo-model training run on the device GPU, inside one call (training/NOTES.md,
 # "Training"). Continues from the shipped bf16 weights unless --init is given again.
 #
 #   bash training/train_demo_on_device.sh MINUTES --seed N [train.py options...]

@@ -10,9 +10,7 @@ from __future__ import annotations
 import torch
 
 from qwen_ui.admission.estimate import RequestShape, prefill_peak
-from qwen_ui.admission.shape import ModelShape
-from qwen_ui.engine.generate import decode_mode_for
-from qwen_ui.engine.prefill_graphs import bucket_rows
+from qwen_ui.engine.shapes import ModelShape, Placement
 from qwen_ui.settings import Settings
 
 # Until the weights are loaded and measured, assume they take their checkpoint size plus
@@ -20,56 +18,43 @@ from qwen_ui.settings import Settings
 WEIGHT_OVERHEAD = 1.05
 
 
-def device_limit(settings: Settings, device: torch.device) -> int:
-    """Bytes this process may use on ``device`` for weights and requests together."""
-    if device.type != "cuda":
+def device_limit(settings: Settings, where: Placement) -> int:
+    """Bytes this process may use on its device for weights and requests together."""
+    if where.device != "cuda":
         return settings.cpu_budget_bytes
     if settings.vram_budget > 1:
         return int(settings.vram_budget)
-    total = torch.cuda.get_device_properties(device).total_memory
+    total = torch.cuda.get_device_properties(torch.device(where.device)).total_memory
     return int(settings.vram_budget * total)
 
 
 def request_budget(
     settings: Settings,
-    device: torch.device,
+    where: Placement,
     resident: int | None,
     weight_file_bytes: int,
     shape: ModelShape | None = None,
 ) -> int:
     """The budget for requests. ``resident``: bytes measured after loading (None before)."""
-    reserved = pool_reserve(settings, device) + graph_reserve(settings, device, shape)
-    limit = device_limit(settings, device) - reserved
-    if device.type != "cuda":
+    reserved = pool_reserve(settings, where) + graph_reserve(where, shape)
+    limit = device_limit(settings, where) - reserved
+    if where.device != "cuda":
         return max(0, limit)
     weights = resident if resident is not None else int(weight_file_bytes * WEIGHT_OVERHEAD)
     return max(0, limit - weights)
 
 
-def pool_reserve(settings: Settings, device: torch.device) -> int:
+def pool_reserve(settings: Settings, where: Placement) -> int:
     """Bytes the decode worker may keep in idle static caches between requests."""
-    return settings.static_cache_pool_bytes if decodes_static(settings, device) else 0
+    return settings.static_cache_pool_bytes if where.static_decode else 0
 
 
-def graph_reserve(settings: Settings, device: torch.device, shape: ModelShape | None) -> int:
+def graph_reserve(where: Placement, shape: ModelShape | None) -> int:
     """Bytes the recorded prefills may hold (:mod:`qwen_ui.engine.prefill_graphs`): the
     staging keys and values of their longest bucket, and their shared pool, which holds
     at most that bucket's prefill transients (counted as a prompt of that many text tokens
-    would be). 0 when off, on the CPU, or before the model's shape is known."""
-    rows = settings.prefill_graph_rows
-    if not rows or device.type != "cuda" or shape is None or not decodes_static(settings, device):
+    would be). 0 when none are recorded or before the model's shape is known."""
+    rows = where.graph_rows
+    if not rows or shape is None:
         return 0
-    rows = bucket_rows(rows)
     return shape.kv_bytes_per_token * rows + prefill_peak(RequestShape(text_tokens=rows), shape)
-
-
-def decodes_static(settings: Settings, device: torch.device) -> bool:
-    """Whether the engine decodes into static (pooled, bucketed) KV caches on ``device``."""
-    return decode_mode_for(settings.decode_mode, device.type) == "static"
-
-
-def resident_bytes(device: torch.device) -> int:
-    """Bytes allocated on ``device`` now (call with no request running: the weights)."""
-    if device.type != "cuda":
-        return 0
-    return int(torch.cuda.memory_allocated(device))

@@ -42,8 +42,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from qwen_ui.admission.shape import ModelShape, TextShape, VisionShape
 from qwen_ui.admission.tokens import ImageGrid
+from qwen_ui.engine.shapes import ModelShape, TextShape, VisionShape
 
 MiB = 1024 * 1024
 F32 = 4

@@ -1,5 +1,6 @@
-"""A request's shape (images to encode, prompt tokens, new tokens) and the search for the
-largest per-request ``max_pixels`` that makes it fit a budget."""
+"""A request's memory shape (images to encode, prompt tokens, new tokens) from the
+engine's :class:`~qwen_ui.engine.shapes.AskShape`, and the search for the largest
+per-request ``max_pixels`` that makes it fit a budget."""
 
 from __future__ import annotations
 
@@ -8,20 +9,8 @@ from dataclasses import dataclass
 
 from qwen_ui.admission.errors import ImageAspect
 from qwen_ui.admission.estimate import Estimate, RequestShape, estimate
-from qwen_ui.admission.facts import ModelFacts
-from qwen_ui.admission.tokens import Geometry, ImageGrid, image_grid, resized
-from qwen_ui.engine.pipelines import Turn, messages
-
-Size = tuple[int, int]  # (width, height)
-
-
-@dataclass(frozen=True)
-class PastTurn:
-    """An earlier turn of the conversation as the prompt will hold it."""
-
-    question: str
-    answer: str
-    image_sizes: Sequence[Size]
+from qwen_ui.admission.tokens import ImageGrid, image_grid, resized
+from qwen_ui.engine.shapes import AskShape, Geometry, ModelFacts, Size
 
 
 @dataclass(frozen=True)
@@ -45,38 +34,21 @@ def grids(sizes: Sequence[Size], geometry: Geometry, first_index: int = 1) -> li
     return out
 
 
-def size_request(
-    facts: ModelFacts,
-    question: str,
-    new_sizes: Sequence[Size],
-    history: Sequence[PastTurn],
-    max_new_tokens: int,
-    geometry: Geometry | None = None,
-) -> Sized:
+def size_request(facts: ModelFacts, ask: AskShape, geometry: Geometry | None = None) -> Sized:
     """The request's shape with its new images resized by ``geometry`` (default: the
     server's). Earlier turns' images keep the server's geometry."""
-    new = grids(new_sizes, geometry or facts.geometry)
-    old = [grids(t.image_sizes, facts.geometry) for t in history]
-    turns = [Turn(t.question, len(t.image_sizes), t.answer) for t in history]
-    turns.append(Turn(question, len(new_sizes)))
-    every = [g for turn in old for g in turn] + new
+    new = grids(ask.new_sizes, geometry or facts.geometry)
+    every = grids(ask.past_sizes, facts.geometry) + new
     shape = RequestShape(
         encode=every,
         image_tokens=sum(g.tokens for g in every),
-        text_tokens=facts.prompt_text_tokens(messages(turns)),
-        max_new_tokens=max_new_tokens,
+        text_tokens=ask.text_tokens,
+        max_new_tokens=ask.max_new_tokens,
     )
     return Sized(shape, estimate(shape, facts.shape), new)
 
 
-def largest_fitting_max_pixels(
-    facts: ModelFacts,
-    question: str,
-    new_sizes: Sequence[Size],
-    history: Sequence[PastTurn],
-    max_new_tokens: int,
-    budget: int,
-) -> int | None:
+def largest_fitting_max_pixels(facts: ModelFacts, ask: AskShape, budget: int) -> int | None:
     """The largest ``max_pixels`` for the new images (a multiple of the merged patch area,
     at least ``min_pixels``) with which the request fits ``budget``; None if none does."""
     geometry = facts.geometry
@@ -86,10 +58,7 @@ def largest_fitting_max_pixels(
 
     def fits(units: int) -> bool:
         g = geometry.with_max_pixels(units * unit)
-        return (
-            size_request(facts, question, new_sizes, history, max_new_tokens, g).estimate.total
-            <= budget
-        )
+        return size_request(facts, ask, g).estimate.total <= budget
 
     if not fits(low):
         return None

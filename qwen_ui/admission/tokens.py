@@ -10,44 +10,11 @@ language-model token. The functions here repeat that arithmetic with transformer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
-
-@dataclass(frozen=True)
-class Geometry:
-    """What the resize arithmetic depends on (from the processor and the settings)."""
-
-    patch_size: int
-    merge_size: int
-    temporal_patch_size: int
-    min_pixels: int
-    max_pixels: int
-
-    @property
-    def factor(self) -> int:
-        return self.patch_size * self.merge_size
-
-    @classmethod
-    def of(cls, image_processor: Any, min_pixels: int, max_pixels: int) -> Geometry:
-        """From a Qwen2-VL image processor (or its config) and the server's pixel bounds."""
-        get = image_processor.get if isinstance(image_processor, dict) else _attr(image_processor)
-        return cls(
-            int(get("patch_size", 14)),
-            int(get("merge_size", 2)),
-            int(get("temporal_patch_size", 2)),
-            min_pixels,
-            max_pixels,
-        )
-
-    def with_max_pixels(self, max_pixels: int) -> Geometry:
-        return replace(self, max_pixels=max(max_pixels, self.min_pixels))
-
-
-def _attr(obj: Any) -> Any:
-    return lambda name, default: getattr(obj, name, default)
+from qwen_ui.engine.shapes import Geometry
 
 
 @dataclass(frozen=True)

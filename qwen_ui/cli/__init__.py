@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from qwen_ui.errors import QwenUIError
 
-GROUPS = ("serve", "models", "tenants", "demo", "settings_doc")
+GROUPS = ("serve", "models", "tenants", "demo", "batch", "settings_doc")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,10 +30,11 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--kind",
         action="append",
-        choices=scenes.KINDS,
+        choices=scenes.ALL_KINDS,
         default=None,
-        help="ask only questions of this type (repeatable; default every type), e.g. a "
-        "larger sample of one type than --n spread over all eight gives",
+        help="ask only questions of this type (repeatable; default the grammar's eight), "
+        "e.g. a larger sample of one type than --n spread over all eight gives, or "
+        "grounding (scored by IoU) and off_grammar (the refusal, exact)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=32, help="questions per generate call")
@@ -77,7 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r{done}/{total}", end="", file=sys.stderr, flush=True)
 
-    kinds = tuple(k for k in scenes.KINDS if k in args.kind) if args.kind else scenes.KINDS
+    kinds = tuple(k for k in scenes.ALL_KINDS if k in args.kind) if args.kind else scenes.KINDS
     report = evaluate(
         answer, n=args.n, seed=args.seed, batch_size=args.batch_size, progress=progress, kinds=kinds
     )

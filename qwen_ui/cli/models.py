@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from qwen_ui.errors import ModelCorrupt, QwenUIError, StoreError
+from qwen_ui.errors import FetchError, ModelCorrupt, QwenUIError, StoreError
 from qwen_ui.store import DEFAULT_REVISION, InstallReport, ModelStore, fetch
 from qwen_ui.store.model_store import ProgressFn, human_size
 
@@ -303,9 +303,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             args.timeout,
             int(args.min_free_gb * 1024**3),
         )
-    except fetch.FetchError as exc:
+    except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     head = f"{args.model_id}@{args.revision}"
     if plan.files is None:
         print(
@@ -328,9 +328,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         return 0
     try:
         path = fetch.download(store, args.model_id, args.revision, endpoint)
-    except fetch.FetchError as exc:
+    except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     print(f"downloaded {head} into {path}")
     return 0
 

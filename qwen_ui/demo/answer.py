@@ -15,7 +15,9 @@ import torch
 
 from qwen_ui.demo.evaluate import AnswerFn, Item
 
-MAX_NEW_TOKENS = 8
+# a grammar answer is a few tokens, the refusal about 70, a grounding answer of four
+# boxes about 190; generate stops when every answer of the batch has ended
+MAX_NEW_TOKENS = 256
 
 
 def load_processor(path: Path) -> Any:
@@ -47,7 +49,7 @@ def answer_batch(model: Any, processor: Any, items: Sequence[Item]) -> list[str]
     images = [img for imgs, _ in items for img in imgs]
     inputs = processor(
         text=prompts, images=images, return_tensors="pt", padding=True, padding_side="left"
-    )
+    ).to(model.device)
     with torch.inference_mode():
         out = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
     new = out[:, inputs["input_ids"].shape[1] :]

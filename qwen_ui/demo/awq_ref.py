@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from qwen_ui.demo import awq_format
+from qwen_ui.engine import awq_format
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def dense_state_dict(path: Path) -> dict[str, torch.Tensor]:
         if suffix in ("qzeros", "scales"):
             continue
         if suffix == "qweight":
-            state[awq_format.to_module_key(f"{module}.weight")] = awq_format.unpack_linear(
+            state[awq_format.to_module_key(f"{module}.weight")] = awq_format.dequantize(
                 tensor, raw[f"{module}.qzeros"], raw[f"{module}.scales"], group
             )
         else:

@@ -8,6 +8,7 @@ answer string per item out. :mod:`qwen_ui.demo.answer` builds one on plain trans
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 from qwen_ui.demo import scenes
+from qwen_ui.engine.boxes import RawBox, parse_boxes
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,43 @@ AnswerFn = Callable[[Sequence[Item]], list[str]]
 def normalize(text: str) -> str:
     """Compare answers without case, surrounding space or a final full stop."""
     return text.strip().rstrip(".。!！").strip().lower()
+
+
+IOU_BAR = 0.5  # a located shape is found by a box overlapping it at least this much
+
+
+def iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """Intersection over union of two ``(x1, y1, x2, y2)`` boxes."""
+    across = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    down = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = across * down
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def boxes_of(text: str) -> tuple[RawBox, ...]:
+    """The boxes of a Qwen2.5-VL answer (the engine's parser), in the resized image."""
+    return parse_boxes(text, "qwen2_5_vl").boxes
+
+
+def located(answer: str, expected: str) -> bool:
+    """A grounding answer is right when its boxes match the expected ones one to one,
+    each pair with IoU >= :data:`IOU_BAR`, with no box left over on either side."""
+    got = [tuple(map(float, b.box)) for b in boxes_of(answer)]
+    want = [tuple(map(float, b.box)) for b in boxes_of(expected)]
+    if len(got) != len(want) or not want:
+        return False
+    return any(
+        all(iou(w, g) >= IOU_BAR for w, g in zip(want, order, strict=True))
+        for order in itertools.permutations(got)
+    )
+
+
+def is_right(item: scenes.Sample, answer: str) -> bool:
+    """Grounding by :func:`located`; every other type (the refusal too) by exact match."""
+    if item.kind == "grounding":
+        return located(answer, item.answer)
+    return normalize(answer) == normalize(item.answer)
 
 
 # the grammar's yes/no answers in both languages (scenes.YES/NO for existence,
@@ -112,7 +151,7 @@ class Report:
     mistakes: list[dict[str, str]] = field(default_factory=list)
 
     def record(self, item: scenes.Sample, answer: str) -> None:
-        ok = normalize(answer) == normalize(item.answer)
+        ok = is_right(item, answer)
         self.overall.add(ok)
         self.by_kind.setdefault(item.kind, Tally()).add(ok)
         self.by_lang.setdefault(item.lang, Tally()).add(ok)
@@ -141,7 +180,7 @@ class Report:
             "kinds": list(self.kinds),
             "seconds": round(self.seconds, 1),
             "overall": row(self.overall),
-            "by_kind": {k: row(self.by_kind[k]) for k in scenes.KINDS if k in self.by_kind},
+            "by_kind": {k: row(self.by_kind[k]) for k in scenes.ALL_KINDS if k in self.by_kind},
             "by_lang": {k: row(v) for k, v in sorted(self.by_lang.items())},
             "by_yes_no": {k: row(v) for k, v in sorted(self.by_yes_no.items())},
             "by_yes_no_lang": {k: row(v) for k, v in sorted(self.by_yes_no_lang.items())},
@@ -158,8 +197,8 @@ def evaluate(
     progress: Callable[[int, int], None] | None = None,
     kinds: tuple[str, ...] = scenes.KINDS,
 ) -> Report:
-    """Ask ``n`` held-out questions of ``kinds`` (balanced over those types and the
-    languages) through ``answer``."""
+    """Ask ``n`` held-out questions of ``kinds`` (any of :data:`scenes.ALL_KINDS`,
+    balanced over those types and the languages) through ``answer``."""
     items = scenes.held_out(n, seed, kinds)
     report = Report(n=n, seed=seed, kinds=kinds)
     start = time.perf_counter()

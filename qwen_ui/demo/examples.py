@@ -17,6 +17,15 @@ NOTICE = {
     "可以让它数数、说出颜色或形状、比较位置或比较几张图。",
 }
 
+# what the shipped demo model understands, one line per language (shown beside the examples)
+SCOPE = {
+    "en": "Understands questions about circles, squares, triangles and stars in red, green, "
+    "blue, yellow, purple and orange: how many, which colour or shape, whether one is there, "
+    "left/right/above/below, and comparing or counting over 2–3 images, in English or Chinese.",
+    "zh": "能回答关于红、绿、蓝、黄、紫、橙六种颜色的圆形、正方形、三角形、星形的问题：有几个、"
+    "什么颜色或形状、有没有、左右上下的位置，以及比较或合计 2–3 张图，可用中文或英文提问。",
+}
+
 
 @dataclass(frozen=True)
 class Example:

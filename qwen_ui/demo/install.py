@@ -15,13 +15,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qwen_ui.demo import WEIGHTS
 from qwen_ui.errors import ModelNotInstalled
 from qwen_ui.settings import DEMO_MODEL_ID
 from qwen_ui.store import ModelStore, Snapshot
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = Path(__file__).resolve().parent / "weights"
 REVISIONS = ("bf16", "awq")
 
 

@@ -40,7 +40,7 @@ TEXT = {
     # mrope gives time, height and width consecutive chunks of the rotary frequencies,
     # fastest first, so width gets the slowest: at a base of 10,000 it turned at most
     # 0.038 rad across a 336 px image and the language model could not tell left from
-    # right; at 20 width turns 0.15 to 0.055 rad per visual token (docs/demo-model.md)
+    # right; at 20 width turns 0.15 to 0.055 rad per visual token (training/NOTES.md)
     "rope_theta": 20.0,
     "mrope_section": [8, 12, 12],  # sums to head_dim / 2 = 32
 }

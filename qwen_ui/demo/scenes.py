@@ -15,12 +15,13 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from PIL import Image, ImageDraw
 
-Lang = Literal["en", "zh"]
-LANGS: tuple[Lang, ...] = ("en", "zh")
+from qwen_ui.lang import LANGS as LANGS  # the demo's modules name them scenes.*
+from qwen_ui.lang import Lang as Lang
+
 HELD_OUT_BASE = 10**12
 
 SHAPES = ("circle", "square", "triangle", "star")
@@ -64,6 +65,12 @@ KINDS = (
     "multi_compare",
     "multi_count",
 )
+# beyond the grammar's answers: where shapes are (``locate``) and the refusal of
+# questions outside the grammar (``off_grammar``); held-out sets ask them from a sequence
+# of their own, so the grammar's sets stay what they were
+EXTRA_KINDS = ("grounding", "off_grammar")
+ALL_KINDS = KINDS + EXTRA_KINDS
+EXTRA_OFFSET = 500_000  # a held-out set's extra questions start at this seed offset
 MAX_SHAPES = 6
 
 
@@ -173,7 +180,7 @@ def scene_from(rng: random.Random, draw_specs: Callable[[], list[Spec]]) -> Scen
             return scene
 
 
-def _star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
+def star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     points = []
     for i in range(10):
         radius = r if i % 2 == 0 else r * 0.45
@@ -182,7 +189,7 @@ def _star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     return points
 
 
-def _draw_shape(
+def draw_shape(
     draw: ImageDraw.ImageDraw, s: Shape, fill: int | tuple[int, int, int] | None = None
 ) -> None:
     """Draw ``s`` in its colour, or in ``fill`` (an int on a one-channel image)."""
@@ -199,7 +206,7 @@ def _draw_shape(
             [(s.cx, s.cy - s.r), (s.cx - h, s.cy + s.r / 2), (s.cx + h, s.cy + s.r / 2)], fill=ink
         )
     else:
-        draw.polygon(_star_points(s.cx, s.cy, s.r), fill=ink)
+        draw.polygon(star_points(s.cx, s.cy, s.r), fill=ink)
 
 
 def render(scene: Scene) -> Image.Image:
@@ -207,7 +214,7 @@ def render(scene: Scene) -> Image.Image:
     image = Image.new("RGB", (scene.width, scene.height), scene.background)
     draw = ImageDraw.Draw(image)
     for shape in scene.shapes:
-        _draw_shape(draw, shape)
+        draw_shape(draw, shape)
     return image
 
 
@@ -217,7 +224,7 @@ def render(scene: Scene) -> Image.Image:
 Made = tuple[str, str, tuple[Scene, ...]]  # (question, answer, scenes)
 
 
-def _fill(rng: random.Random, n: int, ok: Callable[[Spec], bool]) -> list[Spec]:
+def fill(rng: random.Random, n: int, ok: Callable[[Spec], bool]) -> list[Spec]:
     """``n`` random specs, each satisfying ``ok``."""
     specs: list[Spec] = []
     while len(specs) < n:
@@ -236,7 +243,7 @@ def q_count(rng: random.Random, lang: Lang) -> Made:
 
     def specs() -> list[Spec]:
         hits = [(kind or rng.choice(SHAPES), colour or rng.choice(list(COLOURS))) for _ in range(k)]
-        return hits + _fill(rng, n - k, lambda s: not _spec_matches(s, colour, kind))
+        return hits + fill(rng, n - k, lambda s: not _spec_matches(s, colour, kind))
 
     scene = scene_from(rng, specs)
     return _count_text(lang, colour, kind), str(scene.count(colour, kind)), (scene,)
@@ -265,7 +272,7 @@ def q_total(rng: random.Random, lang: Lang) -> Made:
 def q_colour(rng: random.Random, lang: Lang) -> Made:
     kind, colour = random_spec(rng)
     n = rng.randint(1, MAX_SHAPES)
-    scene = scene_from(rng, lambda: [(kind, colour), *_fill(rng, n - 1, lambda s: s[0] != kind)])
+    scene = scene_from(rng, lambda: [(kind, colour), *fill(rng, n - 1, lambda s: s[0] != kind)])
     return _colour_text(lang, kind, rng), _colour_word(lang, colour), (scene,)
 
 
@@ -283,7 +290,7 @@ def _colour_word(lang: Lang, colour: str) -> str:
 def q_shape(rng: random.Random, lang: Lang) -> Made:
     kind, colour = random_spec(rng)
     n = rng.randint(1, MAX_SHAPES)
-    scene = scene_from(rng, lambda: [(kind, colour), *_fill(rng, n - 1, lambda s: s[1] != colour)])
+    scene = scene_from(rng, lambda: [(kind, colour), *fill(rng, n - 1, lambda s: s[1] != colour)])
     return _shape_text(lang, colour), _shape_word(lang, kind), (scene,)
 
 
@@ -304,7 +311,7 @@ def q_exists(rng: random.Random, lang: Lang) -> Made:
 
     def specs() -> list[Spec]:
         # near misses (same shape or same colour) make "no" scenes informative
-        rest = _fill(rng, n - 1 if present else n, lambda s: s != (kind, colour))
+        rest = fill(rng, n - 1 if present else n, lambda s: s != (kind, colour))
         return [(kind, colour), *rest] if present else rest
 
     scene = scene_from(rng, specs)
@@ -520,7 +527,7 @@ def q_multi_compare(rng: random.Random, lang: Lang) -> Made:
 def _scene_with(rng: random.Random, kind: str, hits: int, n: int) -> Scene:
     def specs() -> list[Spec]:
         same = [(kind, rng.choice(list(COLOURS))) for _ in range(hits)]
-        return same + _fill(rng, n - hits, lambda s: s[0] != kind)
+        return same + fill(rng, n - hits, lambda s: s[0] != kind)
 
     return scene_from(rng, specs)
 
@@ -554,29 +561,61 @@ MAKERS: dict[str, Callable[[random.Random, Lang], Made]] = {
 def sample(
     seed: int, kind: str | None = None, lang: Lang | None = None, yes_no_share: float = 0.5
 ) -> Sample:
-    """The sample of ``seed``; ``kind``/``lang`` force a question type or language;
-    ``yes_no_share`` is the share of spatial questions in the yes/no form (training only:
-    the grammar's, and every held-out set's, is one half)."""
+    """The sample of ``seed``; ``kind``/``lang`` force a question type (any of
+    :data:`ALL_KINDS`) or language; ``yes_no_share`` is the share of spatial questions in
+    the yes/no form (training only: the grammar's, and every held-out set's, is one
+    half)."""
     rng = random.Random(seed)  # noqa: S311 (reproducible scenes, not secrets)
     chosen_kind = rng.choice(KINDS)
     chosen_lang = rng.choice(LANGS)
     kind = kind or chosen_kind
     lang = lang or chosen_lang
-    if kind == "spatial":
-        question, answer, scenes = q_spatial(rng, lang, yes_no_share)
-    else:
-        question, answer, scenes = MAKERS[kind](rng, lang)
+    question, answer, scenes = _made(rng, seed, kind, lang, yes_no_share)
     return Sample(seed, kind, lang, question, answer, scenes)
 
 
+def _made(rng: random.Random, seed: int, kind: str, lang: Lang, yes_no_share: float) -> Made:
+    # the extra kinds' modules build on this one's scenes (imported here, not at the top)
+    from qwen_ui.demo import locate, off_grammar
+
+    if kind == "spatial":
+        return q_spatial(rng, lang, yes_no_share)
+    if kind == "grounding":
+        return locate.q_grounding(rng, lang)
+    if kind == "off_grammar":
+        return off_grammar.q_off_grammar(rng, lang, unseen=seed >= HELD_OUT_BASE)
+    return MAKERS[kind](rng, lang)
+
+
 def held_out(n: int, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> list[Sample]:
-    """The first ``n`` samples of ``kinds`` (every type by default) in held-out set
-    ``seed``, balanced over types and languages. The set is one sequence: seed ``base +
-    i`` is always the same (type, language, question), so the questions of a few types
-    are those the whole set asks of them, in order."""
-    if not kinds or not set(kinds) <= set(KINDS):
-        raise ValueError(f"question types must be some of {', '.join(KINDS)}: {kinds}")
+    """The first ``n`` samples of ``kinds`` (the grammar's types by default) in held-out
+    set ``seed``, balanced over types and languages. The grammar's types are one sequence:
+    seed ``base + i`` is always the same (type, language, question), so the questions of a
+    few types are those the whole set asks of them, in order; the extra types
+    (:data:`EXTRA_KINDS`) are a second sequence from ``base + EXTRA_OFFSET``. With both,
+    each gets its share of ``n`` by its number of types, interleaved."""
+    if not kinds or not set(kinds) <= set(ALL_KINDS):
+        raise ValueError(f"question types must be some of {', '.join(ALL_KINDS)}: {kinds}")
     base = HELD_OUT_BASE + seed * 10**6
-    pairs = [(k, lang) for k in KINDS for lang in LANGS]
+    grammar = tuple(k for k in kinds if k in KINDS)
+    extra = tuple(k for k in kinds if k in EXTRA_KINDS)
+    n_extra = n * len(extra) // len(kinds)
+    first = _sequence(n - n_extra, base, KINDS, grammar)
+    second = _sequence(n_extra, base + EXTRA_OFFSET, EXTRA_KINDS, extra)
+    return _interleave(first, second)
+
+
+def _sequence(n: int, base: int, cycle: tuple[str, ...], kinds: tuple[str, ...]) -> list[Sample]:
+    pairs = [(k, lang) for k in cycle for lang in LANGS]
     slots = (i for i in itertools.count() if pairs[i % len(pairs)][0] in kinds)
     return [sample(base + i, *pairs[i % len(pairs)]) for i in itertools.islice(slots, n)]
+
+
+def _interleave(first: list[Sample], second: list[Sample]) -> list[Sample]:
+    """``first`` and ``second`` merged evenly, each in its order."""
+    if not second:
+        return first
+    keyed = [((i + 0.5) / len(first), 0, s) for i, s in enumerate(first)]
+    keyed += [((i + 0.5) / len(second), 1, s) for i, s in enumerate(second)]
+    merged = [s for _, _, s in sorted(keyed, key=lambda t: (t[0], t[1]))]
+    return merged

@@ -1,13 +1,7 @@
 """AutoAWQ checkpoints kept 4-bit through PyTorch's built-in int4 kernels.
 
-The AutoAWQ GEMM layout (what Qwen publishes) for a linear ``y = x @ W.T`` with
-``W: [out, in]``:
-
-* ``qweight``: int32 ``[in, out / 8]``; each int32 packs 8 output columns, nibble ``i``
-  (bits ``4i .. 4i+3``) holding column ``AWQ_ORDER[i]`` of its group of 8;
-* ``qzeros``: int32 ``[in / g, out / 8]``, packed the same way;
-* ``scales``: fp16 ``[in / g, out]``;
-* dequantized: ``W.T[i, o] = (q[i, o] - z[i // g, o]) * s[i // g, o]``.
+The checkpoint format itself (``qweight``/``qzeros``/``scales``, nibble order, key names) is
+:mod:`qwen_ui.engine.awq_format`; this module turns it into what torch's kernels take.
 
 PyTorch's int4 weight-only kernels (``torch._weight_int4pack_mm`` on CUDA,
 ``torch._weight_int4pack_mm_for_cpu`` on CPU) compute with ``W[o, i] = (q - 8) * s + z'``
@@ -27,34 +21,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from qwen_ui.engine import awq_format
+from qwen_ui.engine.awq_format import PACK, unpack_columns
+
 log = logging.getLogger(__name__)
 
-QUANT_SUFFIXES = ("qweight", "qzeros", "scales")  # an AWQ linear's tensors
-PACK = 8  # int4 values per int32
-AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
-AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
 KERNEL_GROUPS = (32, 64, 128, 256)
 # The kernels run in bf16 on both devices: CUDA's takes nothing else, and on the CPU the
 # float32 variant measured 4-85x slower than bf16 (see docs/engine.md).
 KERNEL_DTYPE = torch.bfloat16
-
-
-def unpack_awq(packed: torch.Tensor) -> torch.Tensor:
-    """int32 ``[r, c / 8]`` in AWQ order → int32 ``[r, c]`` of values 0..15, natural order."""
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)
-    nibbles = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & 0xF  # [r, c/8, 8] nibble order
-    natural = nibbles[..., list(AWQ_REVERSE_ORDER)]
-    return natural.reshape(packed.shape[0], -1)
-
-
-def dequantize_awq(
-    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int
-) -> torch.Tensor:
-    """The float32 weight ``[out, in]`` an AWQ triple stands for (the reference)."""
-    q = unpack_awq(qweight).float()  # [in, out]
-    z = unpack_awq(qzeros).float().repeat_interleave(group_size, dim=0)
-    s = scales.float().repeat_interleave(group_size, dim=0)
-    return ((q - z) * s).t().contiguous()
 
 
 def kernel_scales_and_zeros(
@@ -62,7 +37,7 @@ def kernel_scales_and_zeros(
 ) -> torch.Tensor:
     """AWQ zeros/scales → torch's ``scales_and_zeros[k / g, n, 2]`` (see module doc)."""
     s = scales.float()
-    z = unpack_awq(qzeros).float()
+    z = unpack_columns(qzeros).float()
     return torch.stack([s, (8.0 - z) * s], dim=-1).to(dtype).contiguous()
 
 
@@ -72,7 +47,7 @@ def dequantize_for_kernel(
     """``[out, in]`` in ``dtype`` from AWQ's ``qweight`` and the kernel's
     ``scales_and_zeros``, computed as the kernel does: ``(q - 8) * s + z'``."""
     work = torch.float32 if dtype == torch.float32 else KERNEL_DTYPE
-    q = unpack_awq(qweight).to(work) - 8.0  # [in, out]
+    q = unpack_columns(qweight).to(work) - 8.0  # [in, out]
     sz = scales_and_zeros.to(work).repeat_interleave(group_size, dim=0)
     return (q * sz[..., 0] + sz[..., 1]).t().to(dtype)
 
@@ -215,7 +190,7 @@ class Int4Linear(nn.Module):
                 layer.prefill_rows = prefill_rows
                 layer._keep_prefill_source(q, qweight)
         else:
-            weight = dequantize_awq(qweight, qzeros, scales, group_size).to(dtype)
+            weight = awq_format.dequantize(qweight, qzeros, scales, group_size).to(dtype)
             layer.register_buffer("weight", weight)
             layer.dequantized = True
         if bias is not None:
@@ -226,7 +201,7 @@ class Int4Linear(nn.Module):
         self, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, dev: torch.device
     ) -> torch.Tensor:
         """The kernel's packed weight and scales; returns the int4 values ``[n, k]``."""
-        q = unpack_awq(qweight).t().contiguous()  # int32 [n, k]
+        q = unpack_columns(qweight).t().contiguous()  # int32 [n, k]
         if dev.type == "cuda":
             packed = pack_for_cuda(q, _inner_k_tiles(self.in_features))
         else:

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 Decode = Callable[[Sequence[int]], str]
+
+
+def decode_keeping(decode: Decode, kept: Mapping[int, str], tokens: Sequence[int]) -> str:
+    """``decode`` (which drops special tokens), but with the special tokens in ``kept`` (id
+    to text) written out where they stand: runs between them are decoded apart."""
+    pieces: list[str] = []
+    run: list[int] = []
+    for token in tokens:
+        text = kept.get(token)
+        if text is None:
+            run.append(token)
+            continue
+        if run:
+            pieces.append(decode(run))
+            run = []
+        pieces.append(text)
+    if run:
+        pieces.append(decode(run))
+    return "".join(pieces)
 
 
 class TextStream:

@@ -1,27 +1,37 @@
 """``Engine.ask(request) -> AsyncIterator[Event]``: images in, stage events and tokens out.
 
-The asyncio side checks the input, decodes images (in threads), looks embeddings up in the
-cache and enters the admission seam; the worker thread loads the model when needed,
-encodes cache misses, builds the prompt and generates. Closing the iterator (a client that
-went away) cancels the job: the worker stops within one decoding step and drops the
-request's KV cache.
+The asyncio side checks the input, reads the conversation once, decodes images (in
+threads), computes the request's shape once (:class:`~qwen_ui.engine.shapes.AskShape`:
+text tokens, the sizes of the earlier and the new images) and hands it to admission as
+plain data, looks embeddings up in the cache and holds admission's reservation around
+the work; the worker thread loads the model when needed, encodes cache misses, builds the
+prompt and generates. Admission never calls back into the engine: it is told the model's
+facts (once per snapshot) and the weights' resident bytes (once loaded). Closing the
+iterator (a client that went away) cancels the job: the worker stops within one decoding
+step and drops the request's KV cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import torch
 from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.box_mapping import locate_answer
+from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.detokenize import TextStream
@@ -33,6 +43,7 @@ from qwen_ui.engine.errors import (
     QuestionTooLong,
 )
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
+from qwen_ui.engine.facts import ServedModel, placement, read_model
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -46,6 +57,7 @@ from qwen_ui.engine.generate import (
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
 from qwen_ui.engine.prefill_graphs import PrefillGraphs
+from qwen_ui.engine.shapes import AskShape, Fit, ModelFacts, Size
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.engine.worker import Job, Worker
 from qwen_ui.errors import QwenUIError
@@ -66,7 +78,19 @@ class AskOptions:
 
 
 @dataclass(frozen=True)
+class PastTurn:
+    """An earlier turn a stateless caller sends along (OpenAI-style messages)."""
+
+    question: str
+    answer: str
+    images: Sequence[bytes] = ()
+
+
+@dataclass(frozen=True)
 class AskRequest:
+    """``history`` set (even empty) makes the request stateless: the conversation is those
+    turns, nothing is stored, and ``Done.conversation_id`` is empty."""
+
     tenant: str
     question: str
     images: Sequence[bytes] = ()
@@ -74,6 +98,7 @@ class AskRequest:
     options: AskOptions = AskOptions()
     lang: str = "en"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    history: Sequence[PastTurn] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +126,9 @@ class WorkResult:
     prompt_tokens: int
     new_embeddings: list[tuple[CacheKey, Embedding]]
     timings: dict[str, float]
+    grids: list[tuple[int, int, int]] = field(default_factory=list)  # the prompt's images
+    family: Family | None = None  # the model's box format
+    patch: int = 14  # the vision tower's patch side in pixels
 
 
 class QueueReport(Protocol):
@@ -109,21 +137,75 @@ class QueueReport(Protocol):
     def __call__(self, ahead: int, wait_s: float = 0.0) -> None: ...
 
 
-# (request, decoded images, report-queue-position) -> async context manager around GPU work.
-# An admission object may also have ``async fit(request, images) -> (images, events)``,
-# called before the plan (it may downscale images that could never fit, or refuse).
-Admission = Callable[
-    [AskRequest, Sequence[image_checks.CheckedImage], QueueReport],
-    AbstractAsyncContextManager[Any],
-]
+class Admission(Protocol):
+    """What the engine needs of admission (``qwen_ui.admission.seam.EngineAdmission``):
+    plain data in, a reservation out; it never calls back into the engine."""
+
+    def use(self, facts: ModelFacts) -> None:
+        """The served model's facts, once per snapshot."""
+
+    def loaded(self, resident_bytes: int) -> None:
+        """The device bytes resident once the weights are loaded (CUDA)."""
+
+    async def fit(self, ask: AskShape) -> Fit:
+        """The bytes to reserve (and smaller sizes for the new images, if needed)."""
+        ...
+
+    def reserve(
+        self, tenant: str, nbytes: int, report: QueueReport
+    ) -> AbstractAsyncContextManager[Any]:
+        """Hold ``nbytes`` for ``tenant`` around the GPU work (reporting the queue)."""
+        ...
 
 
-def no_admission(
-    request: AskRequest,
-    images: Sequence[image_checks.CheckedImage],
-    report: QueueReport,
-) -> AbstractAsyncContextManager[Any]:
-    return nullcontext()
+@dataclass(frozen=True)
+class History:
+    """The earlier turns the prompt keeps, and their images' bytes when already read."""
+
+    turns: list[StoredTurn]
+    images: dict[str, bytes]
+
+
+def sampling_for(s: Settings, options: AskOptions) -> SamplingOptions:
+    """The request's sampling options, server defaults filled in and bounds checked."""
+    limit = s.max_new_tokens_limit
+    max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
+    temperature = s.temperature if options.temperature is None else options.temperature
+    top_p = s.top_p if options.top_p is None else options.top_p
+    if not 1 <= max_new <= limit:
+        raise BadOption(name="max_new_tokens", low=1, high=limit)
+    if not 0.0 <= temperature <= 2.0:
+        raise BadOption(name="temperature", low=0, high=2)
+    if not 0.0 < top_p <= 1.0:
+        raise BadOption(name="top_p", low=0, high=1)
+    if options.seed is not None and not 0 <= options.seed <= SEED_MAX:
+        raise BadOption(name="seed", low=0, high=SEED_MAX)
+    return SamplingOptions(max_new, temperature, top_p, options.seed)
+
+
+def checked_question(settings: Settings, question: str) -> str:
+    text = question.strip()
+    if not text:
+        raise NoQuestion()
+    if len(text) > settings.max_question_chars:
+        raise QuestionTooLong(count=len(text), limit=settings.max_question_chars)
+    return text
+
+
+def recent_turns(turns: list[StoredTurn], new_images: int, max_images: int) -> list[StoredTurn]:
+    """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
+    budget = max_images - new_images
+    kept: list[StoredTurn] = []
+    for turn in reversed(turns):
+        if len(turn.images) > budget:
+            break
+        budget -= len(turn.images)
+        kept.append(turn)
+    return list(reversed(kept))
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class Engine:
@@ -152,7 +234,11 @@ class Engine:
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
         self.conversations = ConversationStore(state, settings.conversation_ttl_s)
         self.metrics = metrics or EngineMetrics()
-        self.admission: Admission = admission or no_admission
+        self.admission = admission
+        self.placement = placement(settings)
+        self._served: ServedModel | None = None
+        self._served_lock = asyncio.Lock()
+        self._resident_told = False
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
@@ -190,20 +276,18 @@ class Engine:
             checked: list[image_checks.CheckedImage] = []
             async for event in self._decode(request.images, checked):
                 yield event
-            if (fit := getattr(self.admission, "fit", None)) is not None:
-                checked, notices = await fit(request, checked)
-                for notice in notices:
-                    yield notice
-            plan = await self._plan(request, question, conversation, checked, sampling, start)
+            history = await self._history(request, conversation, len(checked))
+            turns = _turns(history, question, len(checked))
+            fit = await self._fit(request, turns, history, checked, sampling)
+            if fit.max_pixels is not None:
+                checked = await asyncio.to_thread(
+                    _downscale, checked, fit.new_sizes, fit.max_pixels
+                )
+                yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
+            plan = await self._plan(request, turns, history, checked, sampling, start)
             events: asyncio.Queue[Event] = asyncio.Queue()
-            admission = self.admission(
-                request,
-                checked,
-                lambda ahead, wait_s=0.0: events.put_nowait(
-                    Stage("queued", ahead=ahead, wait_s=wait_s)
-                ),
-            )
-            async with _Entered(admission, events) as waiting:
+            reservation = self._reserve(request.tenant, fit, events)
+            async with EnteredAdmission(reservation, events) as waiting:
                 async for event in waiting:
                     yield event
                 job = self.worker.submit(lambda j: self._work(j, plan))
@@ -229,30 +313,18 @@ class Engine:
 
     # --- asyncio-side steps -------------------------------------------------------------
     def _sampling(self, options: AskOptions) -> SamplingOptions:
-        s = self.settings
-        limit = s.max_new_tokens_limit
-        max_new = s.max_new_tokens if options.max_new_tokens is None else options.max_new_tokens
-        temperature = s.temperature if options.temperature is None else options.temperature
-        top_p = s.top_p if options.top_p is None else options.top_p
-        if not 1 <= max_new <= limit:
-            raise BadOption(name="max_new_tokens", low=1, high=limit)
-        if not 0.0 <= temperature <= 2.0:
-            raise BadOption(name="temperature", low=0, high=2)
-        if not 0.0 < top_p <= 1.0:
-            raise BadOption(name="top_p", low=0, high=1)
-        if options.seed is not None and not 0 <= options.seed <= SEED_MAX:
-            raise BadOption(name="seed", low=0, high=SEED_MAX)
-        return SamplingOptions(max_new, temperature, top_p, options.seed)
+        return sampling_for(self.settings, options)
 
     def _question(self, question: str) -> str:
-        text = question.strip()
-        if not text:
-            raise NoQuestion()
-        if len(text) > self.settings.max_question_chars:
-            raise QuestionTooLong(count=len(text), limit=self.settings.max_question_chars)
-        return text
+        return checked_question(self.settings, question)
 
     async def _conversation(self, request: AskRequest) -> Conversation:
+        if request.history is not None:
+            turns = [
+                StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
+                for t in request.history
+            ]
+            return Conversation("", request.tenant, turns)
         if request.conversation_id:
             return await self.conversations.get(request.tenant, request.conversation_id)
         return Conversation(new_id(), request.tenant)
@@ -271,22 +343,124 @@ class Engine:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
         self.metrics.images.observe(len(blobs))
 
+    async def _history(
+        self, request: AskRequest, conversation: Conversation, new_images: int
+    ) -> History:
+        """The earlier turns the prompt keeps; their images are read (once) only when
+        admission needs their sizes, otherwise on an embedding cache miss (a stateless
+        request carries them)."""
+        tenant = request.tenant
+        turns = self._history_window(conversation, new_images)
+        images: dict[str, bytes] = {}
+        if request.history is not None:
+            images = {sha256(b): b for t in request.history for b in t.images}
+        elif self.admission is not None:
+            for sha in (sha for turn in turns for sha in turn.images):
+                images[sha] = await self.conversations.image(tenant, sha)
+        return History(turns, images)
+
+    # --- admission: plain data out, a reservation back ------------------------------------
+    async def _fit(
+        self,
+        request: AskRequest,
+        turns: list[Turn],
+        history: History,
+        checked: Sequence[image_checks.CheckedImage],
+        sampling: SamplingOptions,
+    ) -> Fit:
+        if self.admission is None:
+            return Fit(0)
+        sizes = [c.size for c in checked]
+        shape = await self._shape(request, turns, history, sizes, sampling.max_new_tokens)
+        return await self.admission.fit(shape)
+
+    async def _shape(
+        self,
+        request: AskRequest,
+        turns: list[Turn],
+        history: History,
+        new_sizes: Sequence[Size],
+        max_new_tokens: int,
+    ) -> AskShape:
+        served = await self.served_model()
+        return AskShape(
+            tenant=request.tenant,
+            request_id=request.request_id,
+            text_tokens=await asyncio.to_thread(served.text_tokens, turns),
+            past_sizes=tuple(
+                _header_size(history.images[sha]) for t in history.turns for sha in t.images
+            ),
+            new_sizes=tuple(new_sizes),
+            max_new_tokens=max_new_tokens,
+        )
+
+    def _reserve(
+        self, tenant: str, fit: Fit, events: asyncio.Queue[Event]
+    ) -> AbstractAsyncContextManager[Any]:
+        if self.admission is None:
+            return nullcontext()
+
+        def report(ahead: int, wait_s: float = 0.0) -> None:
+            events.put_nowait(Stage("queued", ahead=ahead, wait_s=wait_s))
+
+        return self.admission.reserve(tenant, fit.nbytes, report)
+
+    async def served_model(self) -> ServedModel:
+        """The served model's facts (computed once per snapshot, from its config and
+        processor, without loading the weights), told to admission; once the weights are
+        loaded, their resident bytes are measured on the worker and told too."""
+        async with self._served_lock:
+            snapshot = await asyncio.to_thread(self.pipelines.snapshot)
+            if self._served is None or self._served.facts.snapshot_id != snapshot.id:
+                self._served = await asyncio.to_thread(
+                    read_model, Path(snapshot.path), snapshot.id, self.settings, self.placement
+                )
+            if self.admission is not None:
+                self.admission.use(self._served.facts)
+                await self._tell_resident(self.admission)
+            return self._served
+
+    async def _tell_resident(self, admission: Admission) -> None:
+        """Measure the weights on the worker between two jobs (no request's activations
+        are counted), once they are loaded (CUDA only)."""
+        if self._resident_told or self.placement.device != "cuda":
+            return
+        if not self.pipelines.is_loaded:
+            return
+        job = self.worker.submit(lambda _job: int(torch.cuda.memory_allocated()))
+        async for _ in job.events():
+            pass
+        self._resident_told = True
+        admission.loaded(job.result)
+
+    async def shape(self, request: AskRequest, new_sizes: Sequence[Size]) -> AskShape:
+        """``request``'s shape as :meth:`ask` computes it, for images of ``new_sizes``
+        (tools and tests that size a request without running it)."""
+        question = self._question(request.question)
+        conversation = await self._conversation(request)
+        history = await self._history(request, conversation, len(new_sizes))
+        turns = _turns(history, question, len(new_sizes))
+        max_new = self._sampling(request.options).max_new_tokens
+        return await self._shape(request, turns, history, new_sizes, max_new)
+
+    # --- the plan -----------------------------------------------------------------------
     async def _plan(
         self,
         request: AskRequest,
-        question: str,
-        conversation: Conversation,
+        turns: list[Turn],
+        history: History,
         checked: Sequence[image_checks.CheckedImage],
         sampling: SamplingOptions,
         started: float,
     ) -> Plan:
-        history = self._history_window(conversation, len(checked))
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
         settings_key = self._processor_key()
         prompt_images: list[PromptImage] = []
-        for turn in history:
+        for turn in history.turns:
             for sha in turn.images:
-                prompt_images.append(await self._history_image(request.tenant, sha, snapshot.id))
+                prompt_images.append(
+                    await self._history_image(request.tenant, sha, snapshot.id, history.images)
+                )
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
@@ -294,8 +468,6 @@ class Engine:
             prompt_images.append(PromptImage(key, embedding, pixels, tier))
         for item in prompt_images:
             self.metrics.cache.labels(item.tier).inc()
-        turns = [Turn(t.question, len(t.images), t.answer) for t in history]
-        turns.append(Turn(question, len(checked)))
         return Plan(turns, prompt_images, sampling, started)
 
     def _processor_key(self) -> str:
@@ -303,22 +475,16 @@ class Engine:
         return f"min={s.min_pixels},max={s.max_pixels}"
 
     def _history_window(self, conversation: Conversation, new_images: int) -> list[StoredTurn]:
-        """The latest earlier turns whose images fit, with the new ones, in ``max_images``."""
-        budget = self.settings.max_images - new_images
-        kept: list[StoredTurn] = []
-        for turn in reversed(conversation.turns):
-            if len(turn.images) > budget:
-                break
-            budget -= len(turn.images)
-            kept.append(turn)
-        return list(reversed(kept))
+        return recent_turns(conversation.turns, new_images, self.settings.max_images)
 
-    async def _history_image(self, tenant: str, sha: str, snapshot_id: str) -> PromptImage:
+    async def _history_image(
+        self, tenant: str, sha: str, snapshot_id: str, read: dict[str, bytes]
+    ) -> PromptImage:
         key = CacheKey(tenant, sha, self._processor_key(), snapshot_id)
         embedding, tier = await self.cache.fetch(key)
         if embedding is not None:
             return PromptImage(key, embedding, None, tier)
-        data = await self.conversations.image(tenant, sha)
+        data = read.get(sha) or await self.conversations.image(tenant, sha)
         checked = await asyncio.to_thread(image_checks.decode, data, 1, self.limits)
         return PromptImage(key, None, checked.image, "miss")
 
@@ -334,9 +500,10 @@ class Engine:
             await self.cache.put_remote(key, embedding)
         if result.outcome.finish_reason == "cancelled":
             return Failed.of(AnswerFailed(), request.lang)
-        turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
-        blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
-        await self.conversations.append(conversation, turn, blobs)
+        if request.history is None:
+            turn = StoredTurn(plan.turns[-1].question, result.answer, [c.sha256 for c in checked])
+            blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
+            await self.conversations.append(conversation, turn, blobs)
         self.status.record_answer()
         self._observe(result)
         hits = sum(1 for item in plan.images if item.tier != "miss")
@@ -344,6 +511,9 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
+        text, boxes = await asyncio.to_thread(
+            locate_answer, result.answer, result.family, request.images, result.grids, result.patch
+        )
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -353,6 +523,8 @@ class Engine:
             cache_hits=hits,
             finish_reason=reason,
             timings=result.timings,
+            boxes=[box.to_dict() for box in boxes],
+            answer_text=text,
         )
 
     def _observe(self, result: WorkResult) -> None:
@@ -395,7 +567,7 @@ class Engine:
         embeddings, fresh = encoded
         language = self.pipelines.language()
         prompt = language.build_prompt(plan.turns, embeddings)
-        job.emit(Stage.at("answering"))
+        job.emit(Stage.at("answering", prompt_tokens=prompt.length))
         generation = self._generation(language.model, prompt, plan.sampling)
         stream = TextStream(language.decode)
         t0 = time.perf_counter()
@@ -417,7 +589,11 @@ class Engine:
             timings["prefill"] = round(first[0] - t0, 4)
             timings["decode"] = round(end - first[0], 4)
             timings["ttft"] = round(first[0] - plan.started, 4)
-        return WorkResult(stream.text(), outcome, prompt.length, fresh, timings)
+        grids = [e.grid_thw for e in embeddings]
+        answer = stream.text()
+        return WorkResult(
+            answer, outcome, prompt.length, fresh, timings, grids, language.family, language.patch
+        )
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]
@@ -443,6 +619,34 @@ class Engine:
         return embeddings, fresh
 
 
+def _turns(history: History, question: str, new_images: int) -> list[Turn]:
+    """The prompt's turns: the kept earlier ones, then the question asked now."""
+    turns = [Turn(t.question, len(t.images), t.answer) for t in history.turns]
+    return [*turns, Turn(question, new_images)]
+
+
+def _header_size(data: bytes) -> Size:
+    """An earlier turn's image size from its header (what admission sizes it by)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def _downscale(
+    images: Sequence[image_checks.CheckedImage], sizes: Sequence[Size], max_pixels: int
+) -> list[image_checks.CheckedImage]:
+    """The images resized to admission's ``sizes`` (those already that size unchanged)."""
+    out = []
+    for item, size in zip(images, sizes, strict=True):
+        if size == item.size:
+            out.append(item)
+            continue
+        image = item.image.resize(size, Image.Resampling.BICUBIC)
+        # a new identity, so the smaller image's embedding gets its own cache entry
+        sha = f"{item.sha256}-max{max_pixels}"
+        out.append(replace(item, pixels=image, size=image.size, sha256=sha))
+    return out
+
+
 @dataclass(frozen=True)
 class Decoder:
     """What the worker keeps per model for static decoding."""
@@ -461,7 +665,7 @@ class Decoder:
         return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 
-class _Entered:
+class EnteredAdmission:
     """Enter an admission context while relaying its queue-position events."""
 
     def __init__(self, manager: AbstractAsyncContextManager[Any], events: asyncio.Queue[Event]):

@@ -12,7 +12,16 @@ from typing import Any, Literal
 
 from qwen_ui.errors import QwenUIError
 
-StageName = Literal["queued", "downscaled", "loading_model", "decoding", "encoding", "answering"]
+StageName = Literal[
+    "queued",
+    "downscaled",
+    "loading_model",
+    "decoding",
+    "encoding",
+    "sending",
+    "waiting",
+    "answering",
+]
 
 # Where each stage sits on the overall progress bar (start, end), in the order they run.
 _SPANS: dict[str, tuple[float, float]] = {
@@ -21,6 +30,8 @@ _SPANS: dict[str, tuple[float, float]] = {
     "queued": (0.15, 0.15),
     "loading_model": (0.15, 0.2),
     "encoding": (0.2, 0.5),
+    "sending": (0.2, 0.3),  # remote engine: the request goes out
+    "waiting": (0.3, 0.5),  # remote engine: until its first token
     "answering": (0.5, 0.5),
 }
 
@@ -33,6 +44,8 @@ _LABELS: dict[str, dict[str, str]] = {
     "loading_model": {"en": "Loading the model", "zh": "正在加载模型"},
     "decoding": {"en": "Decoding image {index}/{total}", "zh": "正在解码图片 {index}/{total}"},
     "encoding": {"en": "Encoding image {index}/{total}", "zh": "正在编码图片 {index}/{total}"},
+    "sending": {"en": "Sending to the model server", "zh": "正在发送到模型服务器"},
+    "waiting": {"en": "Waiting for the model server", "zh": "正在等待模型服务器"},
     "answering": {"en": "Answering", "zh": "正在回答"},
 }
 _CACHED = {"en": " (cached)", "zh": "（缓存）"}
@@ -63,6 +76,7 @@ class Stage(Event):
     progress: float = 0.0
     wait_s: float = 0.0  # "queued": estimated wait (0: unknown)
     max_pixels: int = 0  # "downscaled": the request's lower pixel bound per image
+    prompt_tokens: int = 0  # "answering": the prompt's length in tokens (0: unknown)
     type: str = field(default="stage", init=False)
 
     @classmethod
@@ -94,7 +108,13 @@ class Token(Event):
 
 @dataclass(frozen=True)
 class Done(Event):
-    """The answer is complete. ``timings`` are seconds per stage; ``ttft`` to first token."""
+    """The answer is complete. ``timings`` are seconds per stage; ``ttft`` to first token.
+
+    ``boxes``: where the answer located things, ``{"image": i, "label": ..., "box": [x1, y1,
+    x2, y2]}`` with ``i`` 1-based in the request's images and the box in that file's own
+    pixels (see :mod:`qwen_ui.engine.box_mapping`); ``answer_text``: the answer with those
+    boxes written as their labels (``answer`` itself when it has none).
+    """
 
     answer: str
     conversation_id: str
@@ -104,6 +124,8 @@ class Done(Event):
     cache_hits: int
     finish_reason: Literal["stop", "length"]
     timings: dict[str, float]
+    boxes: list[dict[str, Any]] = field(default_factory=list)
+    answer_text: str = ""
     progress: float = 1.0
     type: str = field(default="done", init=False)
 

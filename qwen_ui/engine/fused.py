@@ -2,7 +2,7 @@
 gate and up.
 
 A decode step multiplies one row by every weight, so each int4 kernel call is short and
-the number of calls sets much of the step's time (docs/BENCHMARKS.md, "GPU decode"). The
+the number of calls sets much of the step's time (bench/README.md, "GPU decode"). The
 AWQ loader concatenates the checkpoint's q/k/v (and gate/up) tensors along the output
 dimension into one :class:`~qwen_ui.engine.awq.Int4Linear` (AWQ packs 8 output columns
 per int32 and every part's width is a multiple of 8, so the concatenation is exact) and
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from qwen_ui.engine.awq import QUANT_SUFFIXES
+from qwen_ui.engine.awq_format import QUANT_SUFFIXES
 from qwen_ui.engine.errors import UnsupportedModel
 
 ATTENTION_CLASSES = ("Qwen2VLAttention", "Qwen2_5_VLAttention")

@@ -51,6 +51,7 @@ class CheckedImage:
     size: tuple[int, int]  # as displayed: EXIF orientation applied
     data: bytes = field(default=b"", repr=False, compare=False)
     pixels: Image.Image | None = field(default=None, repr=False, compare=False)
+    orientation: int = 1  # the file's EXIF orientation (1-8), already applied to ``size``
 
     @functools.cached_property
     def image(self) -> Image.Image:
@@ -85,6 +86,14 @@ def check_bytes(data: bytes, index: int, limits: ImageLimits) -> None:
         raise ImageTooLarge(index=index, size_mb=_mb(len(data)), limit_mb=_mb(limits.max_bytes))
 
 
+def upright_of(data: bytes) -> tuple[tuple[int, int], int]:
+    """(upright size, EXIF orientation) of bytes that passed :func:`check`, from the
+    header alone (the facts of the original file, whatever admission did to its pixels)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return _upright(Image.open(io.BytesIO(data)))
+
+
 def check(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
     """Check one image (1-based ``index`` for messages) from its size and header; no pixel
     is decoded yet."""
@@ -92,9 +101,10 @@ def check(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         image = _open_header(data, index, limits)
-        size = _upright_size(image)
+        size, orientation = _upright(image)
     digest = hashlib.sha256(data).hexdigest()
-    return CheckedImage(index, digest, len(data), str(image.format), size, data)
+    fmt = str(image.format)
+    return CheckedImage(index, digest, len(data), fmt, size, data, orientation=orientation)
 
 
 def decode(data: bytes, index: int, limits: ImageLimits) -> CheckedImage:
@@ -109,15 +119,20 @@ def decode_all(blobs: Sequence[bytes], limits: ImageLimits) -> list[CheckedImage
     return [decode(data, i + 1, limits) for i, data in enumerate(blobs)]
 
 
-def _upright_size(image: Image.Image) -> tuple[int, int]:
-    """The size as displayed, from the header's EXIF orientation. A PNG's EXIF may follow
+def _upright(image: Image.Image) -> tuple[tuple[int, int], int]:
+    orientation = _orientation(image)
+    width, height = image.size
+    return ((height, width) if orientation in (5, 6, 7, 8) else (width, height)), orientation
+
+
+def _orientation(image: Image.Image) -> int:
+    """The header's EXIF orientation (1 when absent or invalid). A PNG's EXIF may follow
     its pixels, which PIL would decode to find: there only an EXIF chunk ahead of them
     counts (the decoded image is still turned as its EXIF says)."""
-    width, height = image.size
     if image.format == "PNG" and "exif" not in image.info:
-        return width, height
+        return 1
     orientation = image.getexif().get(ORIENTATION, 1)
-    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    return orientation if isinstance(orientation, int) and 1 <= orientation <= 8 else 1
 
 
 def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:

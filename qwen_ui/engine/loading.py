@@ -23,20 +23,14 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText
 
-from qwen_ui.engine import fused
-from qwen_ui.engine.awq import (
-    QUANT_SUFFIXES,
-    Int4Linear,
-    awq_settings,
-    dequantize_awq,
-)
+from qwen_ui.engine import awq_format, fused
+from qwen_ui.engine.awq import Int4Linear, awq_settings
+from qwen_ui.engine.awq_format import QUANT_SUFFIXES
 from qwen_ui.engine.errors import UnsupportedModel
 from qwen_ui.engine.prefill import compile_prefill
 
 log = logging.getLogger(__name__)
 
-# Published (transformers 4) key prefixes → transformers 5 module names.
-RENAMES = (("visual.", "model.visual."), ("model.", "model.language_model."))
 VISION_PREFIX = "model.visual."
 
 
@@ -150,10 +144,8 @@ def rename(key: str, names: set[str]) -> str | None:
     """The model name a checkpoint key stands for, or None when it matches nothing."""
     if key in names:
         return key
-    for old, new in RENAMES:
-        if key.startswith(old) and (candidate := new + key[len(old) :]) in names:
-            return candidate
-    return None
+    candidate = awq_format.to_module_key(key)
+    return candidate if candidate in names else None
 
 
 def _quantized_modules(tensors: dict[str, torch.Tensor], names: set[str]) -> dict[str, str]:
@@ -213,7 +205,7 @@ def _quantized_layer(
     qweight, qzeros, scales = (tensors[f"{prefix}.{leaf}"] for leaf in QUANT_SUFFIXES)
     bias = tensors.get(f"{prefix}.bias")
     if module_name.startswith(VISION_PREFIX):  # never keep the vision tower quantized
-        weight = dequantize_awq(qweight, qzeros, scales, group)
+        weight = awq_format.dequantize(qweight, qzeros, scales, group)
         linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
         with torch.no_grad():
             linear.weight.copy_(weight)

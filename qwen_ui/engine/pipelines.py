@@ -25,7 +25,9 @@ from PIL import Image
 from transformers import AutoProcessor, PreTrainedModel
 
 from qwen_ui.engine import vision
+from qwen_ui.engine.boxes import GROUNDING_TOKENS, family_of
 from qwen_ui.engine.cache import Embedding
+from qwen_ui.engine.detokenize import decode_keeping
 from qwen_ui.engine.errors import UnsupportedModel
 from qwen_ui.engine.generate import Prompt
 from qwen_ui.engine.loading import load_model
@@ -136,6 +138,9 @@ class LanguagePipeline:
         self.merge = int(processor.image_processor.merge_size)
         self.image_token_id = int(model.config.image_token_id)
         self.stop_ids = stop_token_ids(model, self.tokenizer)
+        self.family = family_of(str(getattr(model.config, "model_type", "")))
+        self.patch = int(processor.image_processor.patch_size)
+        self._kept = grounding_token_ids(self.tokenizer) if self.family == "qwen2_vl" else {}
 
     def build_prompt(self, turns: Sequence[Turn], embeddings: Sequence[Embedding]) -> Prompt:
         text = self.processor.apply_chat_template(
@@ -157,7 +162,23 @@ class LanguagePipeline:
         return Prompt(ids, type_ids, grid, [e.features for e in embeddings], deepstack)
 
     def decode(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens`` without special tokens, except Qwen2-VL's box tags."""
+        if self._kept:
+            return decode_keeping(self._decode_plain, self._kept, tokens)
+        return self._decode_plain(tokens)
+
+    def _decode_plain(self, tokens: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))
+
+
+def grounding_token_ids(tokenizer: Any) -> dict[int, str]:
+    """Id to text of the grounding tags the tokenizer knows."""
+    out: dict[int, str] = {}
+    for token in GROUNDING_TOKENS:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            out[token_id] = token
+    return out
 
 
 def messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ A prefill runs the language model eagerly over the whole prompt (a thousand rows
 1024x768 image), so every elementwise step is a full pass over the activations and a
 kernel launch: on the 7B architecture an RMS norm is seven kernels, a rotary embedding
 a dozen, an MLP's gated activation two passes over its widest activations, and the
-dequantize of an int4 weight a dozen passes (docs/BENCHMARKS.md, "Where time to first
+dequantize of an int4 weight a dozen passes (bench/README.md, "Where time to first
 token goes"). Here each becomes one Inductor kernel. They compile on first use, once per
 distinct shape class (the prompt's length is dynamic). CUDA only; the loader calls
 :func:`compile_prefill` when a long prefill dequantizes (``prefill_dequant_rows``).

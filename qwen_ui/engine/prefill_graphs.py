@@ -3,7 +3,7 @@ graph recorded once per prompt-length bucket.
 
 An eager prefill is launched by the host kernel by kernel: about 800 kernels and 225
 compiled-function calls for one 1024x768 image on the 7B architecture, 32 ms of device time
-that the host needs 40 to 75 ms to launch on the H200's hosts (docs/BENCHMARKS.md, "Where
+that the host needs 40 to 75 ms to launch on the H200's hosts (bench/README.md, "Where
 time to first token goes"), and a short text prompt waits about as long. A replayed graph
 is one launch. The prompt is padded on the right to a multiple of :data:`BUCKET` rows:
 attention is causal, so the real rows never see the padding, and only the last real row's

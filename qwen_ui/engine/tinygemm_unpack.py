@@ -12,7 +12,7 @@ the block's nibbles, ``[r, q, p, h, i] -> [r, p, i, q, h]``, done in registers.
 
 Inductor's kernel for :func:`qwen_ui.engine.awq.dequantize_tinygemm` gathers each output
 value's word through an index table and moved the weight at about a third of a device
-copy's bandwidth (docs/BENCHMARKS.md). The loader checks this kernel against that function
+copy's bandwidth (bench/README.md). The loader checks this kernel against that function
 on every layer shape before using it (:func:`qwen_ui.engine.prefill.compile_prefill`).
 """
 

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from qwen_ui.errors import QwenUIError
+from qwen_ui.errors import FetchError, QwenUIError
 from qwen_ui.store import fsutil
 from qwen_ui.store.layout import check_model_id, check_revision
 from qwen_ui.store.model_store import ModelStore, human_size
@@ -33,14 +33,6 @@ EXIT_NOT_FOUND = 4
 EXIT_NO_SPACE = 5
 EXIT_DOWNLOAD_FAILED = 6
 GiB = 1024**3
-
-
-class FetchError(Exception):
-    """A failure of the fetch, with the exit code ``qwen-ui models fetch`` ends with."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from qwen_ui.errors import ManifestError
+
 FORMAT = 1
 CHUNK = 8 * 1024 * 1024  # measured: 1-16 MiB all hash at the same speed; 8 MiB keeps syscalls few
 
 Progress = Callable[[int], None]
 """Called from worker threads with a number of bytes just processed."""
-
-
-class ManifestError(ValueError):
-    """The bytes are not a manifest this version understands."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class Manifest:
             check_relative_path(entry.path)
         paths = [e.path for e in files]
         if len(set(paths)) != len(paths):
-            raise ManifestError("duplicate paths in manifest")
+            raise ManifestError(problem="duplicate paths in manifest")
         return cls(files)
 
     @property
@@ -74,12 +72,12 @@ class Manifest:
         try:
             obj = json.loads(data)
             if obj.get("format") != FORMAT:
-                raise ManifestError(f"unknown manifest format {obj.get('format')!r}")
+                raise ManifestError(problem=f"unknown manifest format {obj.get('format')!r}")
             entries = [
                 FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in obj["files"]
             ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ManifestError(f"unreadable manifest: {exc}") from exc
+            raise ManifestError(problem=f"unreadable manifest: {exc}") from exc
         return cls.of(entries)
 
 
@@ -92,7 +90,7 @@ def check_relative_path(path: str) -> str:
         or "\\" in path
         or any(part in {"", ".", ".."} for part in path.split("/"))
     ):
-        raise ManifestError(f"bad path in manifest: {path!r}")
+        raise ManifestError(problem=f"bad path in manifest: {path!r}")
     return path
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from qwen_ui.errors import ModelCorrupt, ModelNotInstalled, StoreError
+from qwen_ui.errors import ManifestError, ModelCorrupt, ModelNotInstalled, StoreError
 from qwen_ui.settings import DEMO_MODEL_ID
 from qwen_ui.store import fsutil
 from qwen_ui.store.layout import (
@@ -43,7 +43,6 @@ from qwen_ui.store.layout import (
 from qwen_ui.store.manifest import (
     FileEntry,
     Manifest,
-    ManifestError,
     copy_and_hash,
     hash_file,
     parallel_map,
@@ -204,7 +203,7 @@ class ModelStore:
             manifest = Manifest.from_bytes(data)
         except ManifestError as exc:
             raise ModelCorrupt(
-                model_id=model_id, problem=str(exc), path=rel, file=str(manifest_path)
+                model_id=model_id, problem=exc.params["problem"], path=rel, file=str(manifest_path)
             ) from None
         return Snapshot(self.layout.snapshot_dir(model_id, snapshot_id), snapshot_id, manifest)
 

@@ -15,7 +15,7 @@ from contextlib import aclosing
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.errors import ImageTooLarge, TooManyImages
@@ -25,20 +25,13 @@ from qwen_ui.services import ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import PrincipalDep
-from qwen_ui.web.errors import error_response
-from qwen_ui.web.i18n import LANGS, negotiate
+from qwen_ui.web.errors import error_response, failure_response, request_lang
 from qwen_ui.web.options import ask_lang, ask_options
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1")
 NDJSON = "application/x-ndjson"
-
-
-def request_lang(request: Request, settings: Settings, explicit: str | None) -> str:
-    if explicit in LANGS:
-        return str(explicit)
-    return negotiate(request.headers.get("accept-language"), settings.language)
 
 
 @router.post("/ask")
@@ -57,7 +50,7 @@ async def ask(
 ) -> Response:
     settings = services.settings
     options = ask_options(settings, max_new_tokens, temperature, top_p, seed)
-    answer_lang = request_lang(request, settings, ask_lang(lang))
+    answer_lang = request_lang(request, ask_lang(lang))
     blobs = await read_images(images or [], settings)
     ask_request = AskRequest(
         tenant=principal.tenant,
@@ -68,25 +61,16 @@ async def ask(
         lang=answer_lang,
     )
     events = ask_as(services, principal, ask_request)
-    head = await _checked_head(events)
+    head = await checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
         failed = head[-1]
-        body: dict[str, object] = {
-            "code": failed.code,
-            "message": failed.message,
-            "status": failed.status,
-        }
-        headers = {}
-        if failed.retry_after is not None:  # busy: when to try again
-            body["retry_after"] = failed.retry_after
-            headers["Retry-After"] = str(max(1, round(failed.retry_after)))
-        return JSONResponse({"error": body}, status_code=failed.status, headers=headers)
+        return failure_response(failed.code, failed.message, failed.status, failed.retry_after)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(_lines(head, events), media_type=NDJSON, headers=headers)
 
 
-async def _checked_head(events: AsyncIterator[Event]) -> list[Event]:
+async def checked_head(events: AsyncIterator[Event]) -> list[Event]:
     """The events up to the end of the input checks (image decoding): a failure among them
     becomes an HTTP error; anything later is streamed."""
     head: list[Event] = []

@@ -32,6 +32,7 @@ from qwen_ui.auth.errors import CsrfFailed
 from qwen_ui.errors import MalformedBody, NotFound, QwenUIError, Unauthorized
 from qwen_ui.settings import Settings
 from qwen_ui.uploads import UploadRegistry
+from qwen_ui.web import openai_wire
 from qwen_ui.web.body import (
     BodyReader,
     BodyRejected,
@@ -89,7 +90,8 @@ class Reply:
         extra = []
         if error.retry_after is not None:
             extra.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
-        await self._respond(error.status, json.dumps(error.to_dict(lang)).encode(), extra)
+        body = openai_wire.body_for(local_path(self.scope), error, lang)  # /v1/: OpenAI's
+        await self._respond(error.status, json.dumps(body).encode(), extra)
 
     async def redirect(self, location: str) -> None:
         self.rejected = True

@@ -6,7 +6,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from qwen_ui import __version__
+from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineState
+from qwen_ui.errors import QwenUIError
 from qwen_ui.services import ServicesDep
 from qwen_ui.state import unreachable
 
@@ -27,15 +29,23 @@ async def healthz(services: ServicesDep) -> JSONResponse:
     }
     if failed:
         body["reason"] = status.reason
+    if isinstance(services.engine, RemoteEngine):  # its last known state, never probed here
+        body.update(model=settings.remote_model, revision=None)
+        return JSONResponse({**body, "remote": services.engine.health.to_dict()})
     return JSONResponse(body, status_code=503 if failed else 200)
 
 
 @router.get("/readyz", include_in_schema=False)
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """200 only when the model is loaded and has answered once and every configured
-    dependency (the Redis state store) answers within ``readiness_timeout_s``."""
-    status = services.status
-    reasons = [] if status.is_ready else [f"engine: {status.not_ready_reason()}"]
+    """200 only when the model is loaded and has answered once (remote engine: when the
+    remote's /models answers, within a few seconds) and every configured dependency (the
+    Redis state store) answers within ``readiness_timeout_s``."""
+    status, engine = services.status, services.engine
+    if isinstance(engine, RemoteEngine):  # nothing loads here: ready when the remote answers
+        problem = await _remote_problem(engine)
+        reasons = [] if problem is None else [f"remote: {problem}"]
+    else:
+        reasons = [] if status.is_ready else [f"engine: {status.not_ready_reason()}"]
     state_problem = await unreachable(services.state, services.settings.readiness_timeout_s)
     if state_problem is not None:
         reasons.append(state_problem)
@@ -43,9 +53,17 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     body: dict[str, object] = {
         "ready": ready,
         "status": "ready" if ready else "not ready",
-        "engine": status.state.value,
+        "engine": "remote" if isinstance(engine, RemoteEngine) else status.state.value,
     }
     if not ready:
         body["reasons"] = reasons
         body["reason"] = "; ".join(reasons)
     return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _remote_problem(engine: RemoteEngine) -> str | None:
+    try:
+        await engine.probe()
+    except QwenUIError as exc:
+        return exc.message("en")
+    return None

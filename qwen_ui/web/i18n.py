@@ -1,11 +1,10 @@
-"""UI text in English and Chinese, and choosing the language of a request."""
+"""UI text in English and Chinese (the language itself is :mod:`qwen_ui.lang`'s)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from qwen_ui.lang import LANGS, Lang, negotiate
 
-Lang = Literal["en", "zh"]
-LANGS: tuple[Lang, ...] = ("en", "zh")
+__all__ = ["LANGS", "TEXT", "Lang", "negotiate", "t"]
 
 TEXT: dict[str, dict[Lang, str]] = {
     "title": {"en": "qwen-ui · visual question answering", "zh": "qwen-ui · 视觉问答"},
@@ -53,29 +52,3 @@ TEXT: dict[str, dict[Lang, str]] = {
 
 def t(key: str, lang: Lang) -> str:
     return TEXT[key][lang]
-
-
-def negotiate(accept_language: str | None, configured: str = "auto") -> Lang:
-    """The configured language, or the browser's first supported choice (default en)."""
-    if configured in LANGS:
-        return configured  # type: ignore[return-value]
-    for lang, _q in _parse_accept(accept_language or ""):
-        primary = lang.split("-")[0].lower()
-        if primary in LANGS:
-            return primary  # type: ignore[return-value]
-    return "en"
-
-
-def _parse_accept(header: str) -> list[tuple[str, float]]:
-    items = []
-    for part in header.split(","):
-        lang, _, params = part.strip().partition(";")
-        quality = 1.0
-        if params.strip().startswith("q="):
-            try:
-                quality = float(params.strip()[2:])
-            except ValueError:
-                quality = 0.0
-        if lang:
-            items.append((lang, quality))
-    return sorted(items, key=lambda item: -item[1])

@@ -25,6 +25,7 @@ from qwen_ui.auth.errors import BadExpiration
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials
 from qwen_ui.auth.service import LoginAttempt
 from qwen_ui.errors import PayloadTooLarge, QwenUIError
+from qwen_ui.lang import Lang, is_lang
 from qwen_ui.services import Services, ServicesDep
 from qwen_ui.web.auth import (
     CSRF_COOKIE,
@@ -35,8 +36,7 @@ from qwen_ui.web.auth import (
     safe_next,
     set_cookie,
 )
-from qwen_ui.web.errors import error_response
-from qwen_ui.web.i18n import LANGS, Lang, negotiate
+from qwen_ui.web.errors import error_response, request_lang
 from qwen_ui.web.login_page import LoginForm, render_login, render_logout, security_headers
 from qwen_ui.web.login_text import lt
 
@@ -49,14 +49,9 @@ MAX_FIELD_CHARS = 8192
 CSRF_MAX_AGE = 2 * 3600
 
 
-def page_lang(request: Request, services: Services, chosen: str | None = None) -> Lang:
-    if chosen in LANGS:
-        return chosen  # type: ignore[return-value]
-    query = request.query_params.get("lang")
-    if query in LANGS:
-        return query  # type: ignore[return-value]
-    configured = services.settings.language
-    return negotiate(request.headers.get("accept-language"), configured)
+def page_lang(request: Request, chosen: str | None = None) -> Lang:
+    """The form's field, else the ``lang`` query parameter, else :func:`request_lang`."""
+    return request_lang(request, chosen if is_lang(chosen) else request.query_params.get("lang"))
 
 
 def _default_method(services: Services) -> str:
@@ -94,7 +89,7 @@ def _form_page(
 
 @router.get("/login", include_in_schema=False)
 async def login_page(request: Request, services: ServicesDep) -> Response:
-    lang = page_lang(request, services)
+    lang = page_lang(request)
     ui_path = services.settings.ui_path
     form = LoginForm(
         csrf="",
@@ -150,7 +145,7 @@ async def login_submit(request: Request, services: ServicesDep) -> Response:
         return error_response(request, PayloadTooLarge())
     form = await request.form(max_files=0, max_fields=20)
     service = services.auth
-    lang = page_lang(request, services, _field(form, "lang"))
+    lang = page_lang(request, _field(form, "lang"))
     target = safe_next(_field(form, "next"), services.settings.ui_path)
     credentials = _credentials(form)
     try:
@@ -205,7 +200,7 @@ def _login_failed(
 
 @router.get("/logout", include_in_schema=False)
 async def logout_page(request: Request, services: ServicesDep) -> Response:
-    lang = page_lang(request, services)
+    lang = page_lang(request)
     session_id = read_cookie(request, SESSION_COOKIE)
     session = await services.auth.resolve(session_id)
     if session is None or session_id is None:

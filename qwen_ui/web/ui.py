@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import gradio as gr
 from fastapi import FastAPI
@@ -52,6 +53,9 @@ def status_markdown(app: FastAPI, lang: Lang) -> str:
         f"`{settings.model_revision}` · {t('installed' if installed else 'not_installed', lang)}",
         f"**{t('engine', lang)}:** {state_text}",
     ]
+    if settings.engine == "openai":  # answered by a remote model server
+        host = urlsplit(settings.remote_base_url).netloc
+        lines[0] = f"**{t('model', lang)}:** `{settings.remote_model}` · {host}"
     if not services.answering:
         lines.append(f"\n{t('no_engine', lang)}")
     return "\n\n".join(lines)

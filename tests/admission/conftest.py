@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 
 from qwen_ui.admission.seam import EngineAdmission, build
+from qwen_ui.admission.sizing import Sized
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Event
+from qwen_ui.engine.facts import placement
+from qwen_ui.engine.shapes import Size
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, tiny_settings
@@ -43,15 +46,17 @@ class Wired:
         self.admission = admission
         self.controller = admission.controller
 
+    async def size(self, request: AskRequest, sizes: list[Size]) -> Sized:
+        """``request`` sized as the engine would hand it over with images of ``sizes``."""
+        return self.admission.size(await self.engine.shape(request, sizes))
+
 
 async def start(home: Path, store: ModelStore, **settings: Any) -> Wired:
     values: dict[str, Any] = {"max_pixels": 448 * 448, "max_new_tokens": 8}
     values.update(settings)
     config = tiny_settings(home, **values)
-    holder: dict[str, Engine] = {}
-    admission = build(config, lambda: holder.get("engine"), tenant_limit=lambda t: 4)
+    admission = build(config, placement(config), tenant_limit=lambda t: 4)
     engine = Engine(config, store, MemoryState(), admission=admission)
-    holder["engine"] = engine
     engine.start()
     return Wired(engine, admission)
 

@@ -9,7 +9,7 @@ from transformers import Qwen2_5_VLConfig
 
 from qwen_ui.admission.budget import graph_reserve, pool_reserve, request_budget
 from qwen_ui.admission.estimate import RequestShape, prefill_peak
-from qwen_ui.admission.shape import model_shape
+from qwen_ui.engine.facts import model_shape, placement
 from qwen_ui.settings import Settings
 from tests.admission.test_estimate import QWEN25_7B
 
@@ -24,17 +24,18 @@ def settings(home: Path, **values: object) -> Settings:
 
 
 def test_the_cpu_budget_is_the_configured_bytes(tmp_path: Path) -> None:
-    assert request_budget(settings(tmp_path), CPU, None, 10 * MiB) == 512 * MiB
+    config = settings(tmp_path)
+    assert request_budget(config, placement(config, CPU), None, 10 * MiB) == 512 * MiB
 
 
 def test_static_decoding_keeps_the_cache_pool_out_of_the_budget(tmp_path: Path) -> None:
     static = settings(tmp_path, decode_mode="static", static_cache_pool_bytes=100 * MiB)
-    assert pool_reserve(static, CPU) == 100 * MiB
-    assert request_budget(static, CPU, None, 0) == 412 * MiB
+    assert pool_reserve(static, placement(static, CPU)) == 100 * MiB
+    assert request_budget(static, placement(static, CPU), None, 0) == 412 * MiB
     auto = settings(tmp_path, decode_mode="auto", static_cache_pool_bytes=100 * MiB)
-    assert pool_reserve(auto, CPU) == 0  # auto decodes eagerly on the CPU: no pool
+    assert pool_reserve(auto, placement(auto, CPU)) == 0  # auto is eager on the CPU: no pool
     huge = settings(tmp_path, decode_mode="static", static_cache_pool_bytes=600 * MiB)
-    assert request_budget(huge, CPU, None, 0) == 0
+    assert request_budget(huge, placement(huge, CPU), None, 0) == 0
 
 
 def test_recorded_prefills_are_kept_out_of_the_budget(tmp_path: Path) -> None:
@@ -49,14 +50,14 @@ def test_recorded_prefills_are_kept_out_of_the_budget(tmp_path: Path) -> None:
         static_cache_pool_bytes=0,
         prefill_graph_rows=4000,
     )
-    reserve = graph_reserve(on, CUDA, shape)
+    reserve = graph_reserve(placement(on, CUDA), shape)
     staging = shape.kv_bytes_per_token * 4032
     assert shape.kv_bytes_per_token == 56 * 1024
     assert reserve == staging + prefill_peak(RequestShape(text_tokens=4032), shape)
-    assert request_budget(on, CUDA, 8 * GiB, 0, shape) == 32 * GiB - reserve
-    assert request_budget(on, CUDA, 8 * GiB, 0) == 32 * GiB  # before the shape is known
+    assert request_budget(on, placement(on, CUDA), 8 * GiB, 0, shape) == 32 * GiB - reserve
+    assert request_budget(on, placement(on, CUDA), 8 * GiB, 0) == 32 * GiB  # shape unknown
     off = settings(tmp_path, vram_budget=40 * GiB, decode_mode="auto")
-    assert graph_reserve(off, CUDA, shape) == 0
-    assert graph_reserve(on, CPU, shape) == 0  # never recorded on the CPU
+    assert graph_reserve(placement(off, CUDA), shape) == 0
+    assert graph_reserve(placement(on, CPU), shape) == 0  # never recorded on the CPU
     eager = settings(tmp_path, decode_mode="eager", prefill_graph_rows=4000)
-    assert graph_reserve(eager, CUDA, shape) == 0  # recorded prefills need static decoding
+    assert graph_reserve(placement(eager, CUDA), shape) == 0  # they need static decoding

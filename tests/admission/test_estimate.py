@@ -14,11 +14,11 @@ from torch.profiler._memory_profiler import Action
 from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
 from qwen_ui.admission.estimate import DEQUANT_WORK, WORKSPACE_BYTES, RequestShape, estimate
-from qwen_ui.admission.shape import model_shape
 from qwen_ui.admission.tokens import ImageGrid
-from qwen_ui.demo.awq_format import quantization_config
 from qwen_ui.engine.awq import dequantize_for_kernel
+from qwen_ui.engine.awq_format import quantization_config
 from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.facts import model_shape
 from qwen_ui.engine.generate import decode_mode_for
 from qwen_ui.store import ModelStore
 from tests.admission.conftest import ask, collect, noise, start
@@ -212,7 +212,7 @@ async def test_estimate_covers_the_measured_peak(
         assert (await collect(w.engine, ask([noise((64, 64), 0)])))[-1].type == "done"
         for i, (sizes, max_new) in enumerate(cases):
             request = ask([noise(s, 20 + i) for s in sizes], max_new_tokens=max_new)
-            sized = await w.admission.size(request, sizes)
+            sized = await w.size(request, sizes)
             prof = profile(
                 activities=[ProfilerActivity.CPU],
                 profile_memory=True,

@@ -130,7 +130,9 @@ async def test_32_clients_of_2_tenants(served: tuple[FastAPI, str]) -> None:
     await warm.aclose()
     controller = services_of(app).admission.controller
     question = AskRequest(tenant="alpha", question="What shapes are in these pictures?")
-    sized = [await services_of(app).admission.size(question, [(448, 448)] * n) for n in (1, 3)]
+    services = services_of(app)
+    shapes = [await services.engine.shape(question, [(448, 448)] * n) for n in (1, 3)]
+    sized = [services.admission.size(shape) for shape in shapes]
     controller.set_budget(int(2.5 * sized[1].estimate.total))  # two or three at a time
     seen: list[float] = []
 

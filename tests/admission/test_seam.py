@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from qwen_ui.admission import seam
 from qwen_ui.admission.errors import ImagesNeverFit
 from qwen_ui.engine.events import Done, Failed, Stage, Token
 from qwen_ui.engine.images import decode_all
@@ -19,13 +23,14 @@ def stages(events: list[object], name: str) -> list[Stage]:
 
 async def test_prompt_size_is_exact_for_new_and_follow_up_turns(wired: Wired) -> None:
     first = ask([noise((300, 200), 1), noise((64, 480), 2)], "Compare these two pictures.")
-    sized = await wired.admission.size(first, [(300, 200), (64, 480)])
+    sized = await wired.size(first, [(300, 200), (64, 480)])
     checked = decode_all(list(first.images), wired.engine.limits)
-    assert await wired.admission.estimate(first, checked) == sized.estimate.total
+    shape = await wired.engine.shape(first, [c.size for c in checked])
+    assert (await wired.admission.fit(shape)).nbytes == sized.estimate.total
     done = (await collect(wired.engine, first))[-1]
     assert isinstance(done, Done) and done.prompt_tokens == sized.shape.prompt_tokens
     follow = ask([noise((500, 500), 3)], "And this one?", conversation_id=done.conversation_id)
-    sized_follow = await wired.admission.size(follow, [(500, 500)])
+    sized_follow = await wired.size(follow, [(500, 500)])
     done_follow = (await collect(wired.engine, follow))[-1]
     assert isinstance(done_follow, Done)
     assert done_follow.prompt_tokens == sized_follow.shape.prompt_tokens
@@ -33,9 +38,38 @@ async def test_prompt_size_is_exact_for_new_and_follow_up_turns(wired: Wired) ->
     assert wired.controller.in_use == 0
 
 
+async def test_a_follow_up_reads_its_conversation_once_and_is_sized_once(
+    wired: Wired, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine computes the request's shape once and hands it over; admission reads
+    nothing of the engine. Before, a follow-up read the conversation three times (engine,
+    admission's fit, admission's reserve) and was sized twice."""
+    first = ask([noise((300, 200), 31), noise((64, 96), 32)], "Compare these two pictures.")
+    done = (await collect(wired.engine, first))[-1]
+    assert isinstance(done, Done)
+    calls: dict[str, int] = {"get": 0, "image": 0, "size": 0}
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    conversations = wired.engine.conversations
+    monkeypatch.setattr(conversations, "get", counted("get", conversations.get))
+    monkeypatch.setattr(conversations, "image", counted("image", conversations.image))
+    monkeypatch.setattr(seam, "size_request", counted("size", seam.size_request))
+    follow = ask([noise((100, 100), 33)], "And this one?", conversation_id=done.conversation_id)
+    done_follow = (await collect(wired.engine, follow))[-1]
+    assert isinstance(done_follow, Done) and done_follow.conversation_id == done.conversation_id
+    assert calls == {"get": 1, "image": 2, "size": 1}  # two earlier images, each read once
+    assert wired.controller.in_use == 0
+
+
 async def test_second_request_waits_in_line_with_an_estimated_wait(wired: Wired) -> None:
     request = ask([noise((448, 448), 4)], max_new_tokens=30)
-    sized = await wired.admission.size(request, [(448, 448)])
+    sized = await wired.size(request, [(448, 448)])
     wired.controller.set_budget(sized.estimate.total + 1)  # one at a time
     results = await asyncio.gather(
         collect(wired.engine, request), collect(wired.engine, ask([noise((448, 448), 5)]))
@@ -48,7 +82,7 @@ async def test_second_request_waits_in_line_with_an_estimated_wait(wired: Wired)
 
 
 async def test_a_request_that_never_fits_is_refused_with_what_to_do(wired: Wired) -> None:
-    await wired.admission.facts()
+    await wired.engine.served_model()  # the model's facts set the budget first
     wired.controller.set_budget(1024 * 1024)
     events = await collect(wired.engine, ask([noise((448, 448), 6)] * 3))
     failed = events[-1]
@@ -68,7 +102,7 @@ async def test_images_are_downscaled_to_fit_when_allowed(
     try:
         sizes = [(448, 448), (448, 336)]
         request = ask([noise(sizes[0], 7), noise(sizes[1], 8)])
-        full = await w.admission.size(request, sizes)
+        full = await w.size(request, sizes)
         w.controller.set_budget(full.estimate.total - 1)
         events = await collect(w.engine, request)
         done = events[-1]
@@ -95,7 +129,7 @@ async def test_released_when_the_client_goes_away_mid_answer(wired: Wired) -> No
 
 async def test_released_when_the_client_goes_away_while_queued(wired: Wired) -> None:
     request = ask([noise((448, 448), 10)], max_new_tokens=40)
-    sized = await wired.admission.size(request, [(448, 448)])
+    sized = await wired.size(request, [(448, 448)])
     wired.controller.set_budget(sized.estimate.total + 1)
     first = asyncio.create_task(collect(wired.engine, request))
     await asyncio.sleep(0.05)
@@ -113,7 +147,7 @@ async def test_released_after_a_busy_timeout(tmp_path: Path, tiny_store: ModelSt
     w = await start(tmp_path, tiny_store, queue_timeout_s=0.2)
     try:
         request = ask([noise((448, 448), 12)], max_new_tokens=8)
-        sized = await w.admission.size(request, [(448, 448)])
+        sized = await w.size(request, [(448, 448)])
         w.controller.set_budget(sized.estimate.total + 1)
         async with w.controller.reserve("other", sized.estimate.total):  # the GPU is busy
             events = await collect(w.engine, request)

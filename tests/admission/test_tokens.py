@@ -9,6 +9,7 @@ from PIL import Image
 from transformers import AutoProcessor, Qwen2VLImageProcessor
 
 from qwen_ui.admission.tokens import Geometry, image_grid, image_tokens, resized
+from qwen_ui.engine.facts import geometry_of
 
 DEMO = Path(__file__).resolve().parents[2] / "qwen_ui" / "demo" / "weights" / "bf16"
 SIZES = [(1, 1), (28, 28), (57, 83), (224, 224), (640, 480), (1920, 1080), (300, 4000),
@@ -26,7 +27,7 @@ def processed(image_processor: object, size: tuple[int, int], g: Geometry) -> tu
 @pytest.mark.parametrize(("min_pixels", "max_pixels"), [(3136, 1_003_520), (3136, 112 * 112)])
 def test_counts_match_the_demo_processor(min_pixels: int, max_pixels: int) -> None:
     processor = AutoProcessor.from_pretrained(DEMO, local_files_only=True)
-    g = Geometry.of(processor.image_processor, min_pixels, max_pixels)
+    g = geometry_of(processor.image_processor, min_pixels, max_pixels)
     assert (g.patch_size, g.merge_size, g.temporal_patch_size) == (14, 2, 2)
     for size in SIZES:
         t, h, w, patches = processed(processor.image_processor, size, g)
@@ -37,7 +38,7 @@ def test_counts_match_the_demo_processor(min_pixels: int, max_pixels: int) -> No
 
 def test_counts_follow_other_patch_and_merge_sizes() -> None:
     image_processor = Qwen2VLImageProcessor(patch_size=16, merge_size=1, temporal_patch_size=2)
-    g = Geometry.of(image_processor, 32 * 32, 640 * 640)
+    g = geometry_of(image_processor, 32 * 32, 640 * 640)
     assert g.factor == 16
     for size in SIZES:
         t, h, w, patches = processed(image_processor, size, g)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from qwen_ui.demo import awq_format
 from qwen_ui.demo.install import weights_dir
+from qwen_ui.engine import awq_format
 
 AWQ = weights_dir("awq")
 

@@ -100,3 +100,39 @@ def test_spatial_questions_are_split_by_form_and_axis() -> None:
         assert row["accuracy"] == (1.0 if key.startswith("which") else 0.0), key
     assert sum(row["total"] for row in result.values()) == sum(s.kind == "spatial" for s in samples)
     assert spatial_key(scenes.sample(scenes.HELD_OUT_BASE, "count")) is None
+
+
+def test_grounding_is_scored_by_iou_one_box_per_shape() -> None:
+    from qwen_ui.demo.evaluate import is_right
+
+    items = scenes.held_out(40, seed=1, kinds=("grounding",))
+    two = next(s for s in items if s.answer.count("bbox_2d") == 2)
+    assert is_right(two, two.answer)
+    rows = two.answer.removeprefix("```json\n[").removesuffix("]\n```").split("}, ")
+    swapped = "[" + rows[1].rstrip("}") + "}, " + rows[0] + "}]"
+    assert is_right(two, swapped)  # order free; no fence needed
+    assert not is_right(two, "[" + rows[0] + "}]")  # a shape missed
+    extra = '{"bbox_2d": [0, 0, 9, 9], "label": "x"}'
+    assert not is_right(two, two.answer.replace("[{", "[" + extra + ", {"))  # a box too many
+    one = next(s for s in items if s.answer.count("bbox_2d") == 1)
+    x1, y1, x2, y2 = (int(v) for v in one.answer.split("[", 2)[2].split("]")[0].split(", "))
+    w = x2 - x1
+    shifted = one.answer.replace(f"[{x1}, {y1}, {x2}, {y2}]", f"[{x1 + w}, {y1}, {x2 + w}, {y2}]")
+    nudged = one.answer.replace(f"[{x1}, {y1}, {x2}, {y2}]", f"[{x1 + 2}, {y1}, {x2 + 2}, {y2}]")
+    assert not is_right(one, shifted) and is_right(one, nudged)
+    assert not is_right(one, "no") and not is_right(one, one.answer[:-12])
+
+
+def test_new_kinds_are_reported_and_the_refusal_must_be_exact() -> None:
+    items = scenes.held_out(24, seed=2, kinds=scenes.EXTRA_KINDS)
+    table = {(s.question, tuple(i.size for i in s.images())): s.answer for s in items}
+
+    def look_up(batch: Sequence[Item]) -> list[str]:
+        return [table[(q, tuple(i.size for i in imgs))] for imgs, q in batch]
+
+    report = evaluate(look_up, 24, 2, kinds=scenes.EXTRA_KINDS)
+    assert report.overall.correct == 24
+    assert list(report.to_dict()["by_kind"]) == list(scenes.EXTRA_KINDS)
+    refusals = [s for s in items if s.kind == "off_grammar"]
+    wrong = evaluate(lambda batch: ["no"] * len(batch), 24, 2, kinds=scenes.EXTRA_KINDS)
+    assert wrong.by_kind["off_grammar"].correct == 0 and len(refusals) == 12

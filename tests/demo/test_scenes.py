@@ -248,3 +248,17 @@ def test_one_follow_up_by_default() -> None:
 def test_multi_image_samples_get_no_follow_up() -> None:
     item = scenes.sample(3, kind="multi_count")
     assert scenes.with_follow_up(item) is item
+
+
+def test_held_out_extra_kinds_leave_the_grammar_questions_as_they_were() -> None:
+    items = scenes.held_out(60, seed=3, kinds=scenes.ALL_KINDS)
+    counts = {k: sum(s.kind == k for s in items) for k in scenes.ALL_KINDS}
+    assert set(counts.values()) == {6}
+    grammar = [s for s in items if s.kind in scenes.KINDS]
+    assert grammar == scenes.held_out(48, seed=3)
+    extra = [s for s in items if s.kind in scenes.EXTRA_KINDS]
+    assert extra == scenes.held_out(12, seed=3, kinds=scenes.EXTRA_KINDS)
+    assert {(s.kind, s.lang) for s in extra} == {
+        (k, lang) for k in scenes.EXTRA_KINDS for lang in scenes.LANGS
+    }
+    assert all(s.seed >= scenes.HELD_OUT_BASE + scenes.EXTRA_OFFSET for s in extra)

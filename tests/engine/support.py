@@ -1,17 +1,18 @@
 """Test support: a tiny random Qwen2.5-VL model, its tokenizer and processor, and an
 AutoAWQ-packed variant written with the official checkpoint key names.
 
-The AWQ packing here is the inverse of ``qwen_ui.engine.awq.unpack_awq``: it follows the
-AutoAWQ GEMM layout (``qweight [in, out/8]``, nibble ``i`` holds column ``AWQ_ORDER[i]``).
+The AWQ tensors are packed and named with ``qwen_ui.engine.awq_format``.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -24,8 +25,10 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
-from qwen_ui.demo import awq_format
-from qwen_ui.engine.awq import AWQ_ORDER
+from qwen_ui.engine import awq_format
+from qwen_ui.engine import engine as engine_module
+from qwen_ui.engine.engine import Engine
+from qwen_ui.engine.generate import Generation, Outcome
 from training.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 
 # The Qwen pre-tokenizer split, special tokens and chat template: the same as the demo's.
@@ -137,38 +140,14 @@ def build_tiny_model(out: Path, seed: int = 0) -> Path:
     return out
 
 
-# --- AutoAWQ packing (the inverse of the engine's unpack) ------------------------------
+# --- AutoAWQ checkpoints -------------------------------------------------------------
 
 
 def awq_quantize(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, ...]:
-    """``weight [out, in]`` → int ``q [in, out]``, ``z [in/g, out]``, fp16 ``s [in/g, out]``."""
-    w = weight.detach().float().t()  # [in, out]
-    groups = w.reshape(-1, group, w.shape[1])
-    low, high = groups.amin(1), groups.amax(1)
-    scales = ((high - low).clamp(min=1e-5) / 15).half()
-    s = scales.float()
-    zeros = torch.clamp(torch.round(-low / s), 0, 15)
-    q = torch.clamp(torch.round(groups / s[:, None]) + zeros[:, None], 0, 15)
-    return q.reshape_as(w).to(torch.int32), zeros.to(torch.int32), scales
-
-
-def awq_pack(values: torch.Tensor) -> torch.Tensor:
-    """int ``[r, c]`` (0..15) → int32 ``[r, c/8]`` in AWQ nibble order."""
-    rows, cols = values.shape
-    grouped = values.to(torch.int64).reshape(rows, cols // 8, 8)
-    packed = torch.zeros(rows, cols // 8, dtype=torch.int64)
-    for nibble, column in enumerate(AWQ_ORDER):
-        packed |= grouped[:, :, column] << (4 * nibble)
-    return packed.to(torch.int32)  # wraps values >= 2**31, as AutoAWQ's int32 does
-
-
-def official_name(name: str) -> str:
-    """transformers-5 parameter name → the published Qwen2.5-VL checkpoint name."""
-    if name.startswith("model.visual."):
-        return name[len("model.") :]
-    if name.startswith("model.language_model."):
-        return "model." + name[len("model.language_model.") :]
-    return name
+    """``weight [out, in]`` → int ``q [in, out]``, ``z [in/g, out]``, fp16 ``s [in/g, out]``:
+    :func:`awq_format.quantize` laid out as AutoAWQ stores it (pack with ``pack_columns``)."""
+    q, scales, zeros = awq_format.quantize(weight, group)
+    return q.t().contiguous(), zeros.t().contiguous(), scales.t().contiguous().half()
 
 
 def write_awq_checkpoint(src: Path, out: Path) -> Path:
@@ -179,13 +158,11 @@ def write_awq_checkpoint(src: Path, out: Path) -> Path:
     for name, tensor in model.state_dict().items():
         module, _, leaf = name.rpartition(".")
         if leaf == "weight" and module.split(".")[-1] in AWQ_LINEARS and ".visual." not in name:
-            q, z, s = awq_quantize(tensor)
-            base = official_name(module)
-            tensors[f"{base}.qweight"] = awq_pack(q)
-            tensors[f"{base}.qzeros"] = awq_pack(z)
-            tensors[f"{base}.scales"] = s
+            base = awq_format.to_legacy_key(module)
+            packed = awq_format.pack_linear(*awq_format.quantize(tensor, GROUP))
+            tensors.update({f"{base}.{leaf}": t for leaf, t in packed.items()})
         else:
-            tensors[official_name(name)] = tensor.detach().half().contiguous()
+            tensors[awq_format.to_legacy_key(name)] = tensor.detach().half().contiguous()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     for item in src.iterdir():
@@ -322,3 +299,23 @@ def prefill_logits(
             mm_token_type_ids=prompt.mm_token_type_ids,
         )
     return out.logits[0].float()
+
+
+# --- a forced answer ----------------------------------------------------------------------
+def force_answer(monkeypatch: pytest.MonkeyPatch, engine: Engine, text: str) -> None:
+    """Make the model 'say' ``text`` (the tiny models are random): its tokens go through
+    the engine's own detokenizing and events."""
+
+    def fake_run(
+        generation: Generation,
+        stop_ids: Sequence[int],
+        on_token: Callable[[int], None],
+        cancelled: Callable[[], bool],
+    ) -> Outcome:
+        tokenizer = engine.pipelines.language().tokenizer
+        tokens = [int(t) for t in tokenizer(text)["input_ids"]]
+        for token in tokens:
+            on_token(token)
+        return Outcome(tokens, "stop")
+
+    monkeypatch.setattr(engine_module, "run", fake_run)

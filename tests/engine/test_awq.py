@@ -13,35 +13,34 @@ from qwen_ui.engine import awq
 from qwen_ui.engine.awq import (
     Int4Linear,
     awq_settings,
-    dequantize_awq,
     kernel_fits,
     kernel_scales_and_zeros,
-    unpack_awq,
 )
+from qwen_ui.engine.awq_format import dequantize, pack_columns, to_legacy_key, unpack_columns
 from qwen_ui.engine.generate import Generation, Prompt, SamplingOptions, run
 from qwen_ui.engine.loading import load_model
-from tests.engine.support import awq_pack, awq_quantize, official_name
+from tests.engine.support import awq_quantize
 
 CPU = torch.device("cpu")
 
 
 def test_pack_unpack_round_trip() -> None:
     values = torch.randint(0, 16, (256, 64), dtype=torch.int32)
-    packed = awq_pack(values)
+    packed = pack_columns(values)
     assert packed.shape == (256, 8) and packed.dtype == torch.int32
-    assert torch.equal(unpack_awq(packed), values)
+    assert torch.equal(unpack_columns(packed), values)
 
 
 def test_unpack_follows_the_awq_nibble_order() -> None:
     # AutoAWQ puts column order[i] into nibble i, order = [0, 2, 4, 6, 1, 3, 5, 7].
     word = sum(v << (4 * i) for i, v in enumerate([0, 2, 4, 6, 1, 3, 5, 7]))
-    assert unpack_awq(torch.tensor([[word]], dtype=torch.int32)).tolist() == [list(range(8))]
+    assert unpack_columns(torch.tensor([[word]], dtype=torch.int32)).tolist() == [list(range(8))]
 
 
 def test_quantize_then_dequantize_is_close() -> None:
     weight = torch.randn(256, 256) * 0.05
     q, z, s = awq_quantize(weight)
-    restored = dequantize_awq(awq_pack(q), awq_pack(z), s, 128)
+    restored = dequantize(pack_columns(q), pack_columns(z), s, 128)
     step = s.float().max().item()
     assert (restored - weight).abs().max().item() <= step  # within one quantization step
 
@@ -51,12 +50,12 @@ def test_int4_kernel_matches_dequantized_reference(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     weight = torch.randn(384, 256) * 0.05
     q, z, s = awq_quantize(weight)
-    qweight, qzeros = awq_pack(q), awq_pack(z)
+    qweight, qzeros = pack_columns(q), pack_columns(z)
     bias = torch.randn(384)
     layer = Int4Linear.from_awq(qweight, qzeros, s, bias, 128, CPU, dtype)
     assert not layer.dequantized
     x = torch.randn(5, 256)
-    reference = nn.functional.linear(x, dequantize_awq(qweight, qzeros, s, 128), bias)
+    reference = nn.functional.linear(x, dequantize(qweight, qzeros, s, 128), bias)
     out = layer(x.to(dtype)).float()
     assert out.dtype == torch.float32 and layer(x.to(dtype)).dtype == dtype
     cosine = nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0)
@@ -71,22 +70,22 @@ def test_kernel_zero_point_derivation_is_exact() -> None:
     torch.manual_seed(1)
     weight = torch.randn(64, 256) * 0.05
     q, z, s = awq_quantize(weight)
-    qweight, qzeros = awq_pack(q), awq_pack(z)
+    qweight, qzeros = pack_columns(q), pack_columns(z)
     sz = kernel_scales_and_zeros(qzeros, s, torch.float32)  # [k/g, n, 2]
     scale = sz[..., 0].repeat_interleave(128, 0)  # [k, n]
     zero = sz[..., 1].repeat_interleave(128, 0)
-    kernel_weight = ((unpack_awq(qweight).float() - 8) * scale + zero).t()
-    assert torch.allclose(kernel_weight, dequantize_awq(qweight, qzeros, s, 128), atol=1e-6)
+    kernel_weight = ((unpack_columns(qweight).float() - 8) * scale + zero).t()
+    assert torch.allclose(kernel_weight, dequantize(qweight, qzeros, s, 128), atol=1e-6)
 
 
 def test_shape_without_kernel_falls_back_to_dequantized() -> None:
     weight = torch.randn(24, 128) * 0.05  # 24 output features: the CPU kernel wants N % 16
     q, z, s = awq_quantize(weight)
     assert not kernel_fits(CPU, 24, 128, 128)
-    layer = Int4Linear.from_awq(awq_pack(q), awq_pack(z), s, None, 128, CPU, torch.float32)
+    layer = Int4Linear.from_awq(pack_columns(q), pack_columns(z), s, None, 128, CPU, torch.float32)
     assert layer.dequantized
     x = torch.randn(2, 128)
-    expected = x @ dequantize_awq(awq_pack(q), awq_pack(z), s, 128).t()
+    expected = x @ dequantize(pack_columns(q), pack_columns(z), s, 128).t()
     assert torch.allclose(layer(x), expected, atol=1e-5)
 
 
@@ -124,8 +123,8 @@ def dequantized_reference(model: Any, checkpoint: Path) -> Any:
         for name, module in list(ref.named_modules()):
             if not isinstance(module, Int4Linear):
                 continue
-            base = official_name(name)
-            weight = dequantize_awq(
+            base = to_legacy_key(name)
+            weight = dequantize(
                 *(handle.get_tensor(f"{base}.{leaf}") for leaf in ("qweight", "qzeros", "scales")),
                 128,
             )
@@ -225,6 +224,6 @@ def test_tinygemm_unpacking_inverts_the_kernels_packing_rule(
     q = torch.randint(0, 16, (16, 32 * tiles), dtype=torch.int32)
     assert torch.equal(awq.unpack_tinygemm(tinygemm_pack(q, tiles), gather), q)
     sz = torch.randn(32 * tiles // 32, 16, 2).to(torch.bfloat16)
-    reference = awq.dequantize_for_kernel(awq_pack(q.t().contiguous()), sz, 32, torch.float32)
+    reference = awq.dequantize_for_kernel(pack_columns(q.t().contiguous()), sz, 32, torch.float32)
     dequantized = awq.dequantize_tinygemm(tinygemm_pack(q, tiles), gather, sz, 32, torch.float32)
     assert torch.equal(dequantized, reference)

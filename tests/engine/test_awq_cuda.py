@@ -11,18 +11,18 @@ from torch import nn
 
 from qwen_ui.engine.awq import (
     Int4Linear,
-    dequantize_awq,
     dequantize_for_kernel,
     dequantize_tinygemm,
     pack_for_cuda,
     tile_gather,
     unpack_tinygemm,
 )
+from qwen_ui.engine.awq_format import dequantize, pack_columns
 from qwen_ui.engine.generate import Generation, Prompt, SamplingOptions, run
 from qwen_ui.engine.loading import load_model
 from qwen_ui.engine.prefill import compile_prefill
 from qwen_ui.engine.tinygemm_unpack import unpack_dequantize
-from tests.engine.support import awq_pack, awq_quantize
+from tests.engine.support import awq_quantize
 
 pytestmark = pytest.mark.gpu
 
@@ -38,11 +38,11 @@ def test_cuda_kernel_matches_dequantized_reference(cuda: torch.device) -> None:
     torch.manual_seed(0)
     weight = torch.randn(512, 1024) * 0.05
     q, z, s = awq_quantize(weight)
-    qweight, qzeros = awq_pack(q), awq_pack(z)
+    qweight, qzeros = pack_columns(q), pack_columns(z)
     layer = Int4Linear.from_awq(qweight, qzeros, s, None, 128, cuda, torch.bfloat16)
     assert not layer.dequantized
     x = torch.randn(7, 1024)
-    reference = x @ dequantize_awq(qweight, qzeros, s, 128).t()
+    reference = x @ dequantize(qweight, qzeros, s, 128).t()
     out = layer(x.to(cuda, torch.bfloat16)).float().cpu()
     cosine = nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0)
     assert cosine.item() >= 0.999
@@ -58,7 +58,7 @@ def test_the_kernels_packing_unpacks_exactly(cuda: torch.device, tiles: int) -> 
 def test_prefill_dequantizes_from_the_kernels_own_weight(cuda: torch.device) -> None:
     torch.manual_seed(1)
     q, z, s = awq_quantize(torch.randn(512, 1024) * 0.05)
-    qweight, qzeros = awq_pack(q), awq_pack(z)
+    qweight, qzeros = pack_columns(q), pack_columns(z)
     layer = Int4Linear.from_awq(qweight, qzeros, s, None, 128, cuda, torch.bfloat16, 16)
     assert hasattr(layer, "tile_gather") and not hasattr(layer, "awq_qweight")  # no copy kept
     reference = dequantize_for_kernel(qweight.to(cuda), layer.scales_and_zeros, 128, torch.bfloat16)
@@ -103,6 +103,8 @@ def test_triton_unpacking_is_the_eager_dequantize(
 def test_prefill_layers_take_the_triton_unpacking(cuda: torch.device) -> None:
     torch.manual_seed(2)
     q, z, s = awq_quantize(torch.randn(512, 1024) * 0.05)
-    layer = Int4Linear.from_awq(awq_pack(q), awq_pack(z), s, None, 128, cuda, torch.bfloat16, 16)
+    layer = Int4Linear.from_awq(
+        pack_columns(q), pack_columns(z), s, None, 128, cuda, torch.bfloat16, 16
+    )
     compile_prefill(nn.ModuleList([layer]))
     assert layer.dequantize_packed is unpack_dequantize

@@ -13,6 +13,7 @@ from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.metrics import EngineMetrics
+from qwen_ui.engine.shapes import AskShape, Fit, ModelFacts
 from qwen_ui.engine.status import EngineState, EngineStatus
 from qwen_ui.state import MemoryState
 from qwen_ui.store import ModelStore
@@ -230,20 +231,37 @@ async def test_admission_seam_is_entered_around_the_work(
 ) -> None:
     log: list[str] = []
 
-    def admission(request: AskRequest, images: Sequence[Any], report: Callable[[int], None]) -> Any:
-        @asynccontextmanager
-        async def reserve() -> AsyncIterator[None]:
-            report(2)
-            await asyncio.sleep(0.01)
-            report(1)
-            log.append(f"enter {len(images)}")
-            try:
-                yield
-            finally:
-                log.append("exit")
+    class Admission:
+        """Plain data in (the model's facts, the request's shape), a reservation out."""
 
-        return reserve()
+        def __init__(self) -> None:
+            self.facts: ModelFacts | None = None
 
+        def use(self, facts: ModelFacts) -> None:
+            self.facts = facts
+
+        def loaded(self, resident_bytes: int) -> None:
+            log.append("loaded")
+
+        async def fit(self, shape: AskShape) -> Fit:
+            assert self.facts is not None and shape.text_tokens > 0
+            return Fit(nbytes=len(shape.new_sizes))
+
+        def reserve(self, tenant: str, nbytes: int, report: Callable[[int], None]) -> Any:
+            @asynccontextmanager
+            async def reserve() -> AsyncIterator[None]:
+                report(2)
+                await asyncio.sleep(0.01)
+                report(1)
+                log.append(f"enter {nbytes}")
+                try:
+                    yield
+                finally:
+                    log.append("exit")
+
+            return reserve()
+
+    admission = Admission()
     engine = Engine(tiny_settings(tmp_path), tiny_store, MemoryState(), admission=admission)
     engine.start()
     try:
@@ -295,6 +313,7 @@ def test_events_serialise_to_json() -> None:
         "progress": stage.progress,
         "wait_s": 0.0,
         "max_pixels": 0,
+        "prompt_tokens": 0,
     }
     assert stage.label("en") == "Encoding image 2/3 (cached)"
     assert stage.label("zh") == "正在编码图片 2/3（缓存）"

@@ -23,6 +23,7 @@ WRONG_SECRET = "wrong-secret-0001-abcdefghijklmn"
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[AuthSite]:
+    """A server with the OSS world of its own (overrides the suite's shared ``site``)."""
     site = AuthSite.start(tmp_path, {"QWEN_UI_LOG_LEVEL": "debug"})
     yield site
     site.stop()

@@ -27,6 +27,7 @@ def redis(tmp_path: Path) -> Iterator[RedisProcess]:
 
 @pytest.fixture
 def site(tmp_path: Path, redis: RedisProcess) -> Iterator[AuthSite]:
+    """A server with the OSS world of its own (overrides the suite's shared ``site``)."""
     home = tmp_path / "home"
     home.mkdir()
     site = AuthSite.start(home, {"QWEN_UI_REDIS_URL": redis.url, "QWEN_UI_MAX_NEW_TOKENS": "4"})

@@ -21,6 +21,7 @@ RECHECK_S = 5  # QWEN_UI_STS_RECHECK_S (its minimum)
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthSite]:
+    """A server with the OSS world of its own (overrides the suite's shared ``site``)."""
     env = {"QWEN_UI_STS_RECHECK_S": str(RECHECK_S), "QWEN_UI_LOG_LEVEL": "debug"}
     site = AuthSite.start(tmp_path_factory.mktemp("home"), env)
     yield site

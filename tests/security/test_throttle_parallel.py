@@ -24,6 +24,7 @@ GUESSES = 40
 def site(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AuthSite]:
+    """A server with the OSS world of its own (overrides the suite's shared ``site``)."""
     env = {}
     if request.param == "redis":
         redis: RedisServer = request.getfixturevalue("redis_server")

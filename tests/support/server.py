@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +21,36 @@ HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)"')
 
 
 class ServerProcess:
-    """``python -m qwen_ui.cli serve`` with QWEN_UI_HOME under ``home``."""
+    """``python -m qwen_ui.cli serve`` with QWEN_UI_HOME under ``home``. ``command`` replaces
+    ``python -m qwen_ui.cli`` (e.g. an installed ``qwen-ui`` script); ``env`` entries of
+    None are removed from the environment."""
 
-    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *args: str,
+        env: Mapping[str, str | None] | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+        port: int | None = None,
+    ) -> None:
         self.home = home
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = home / "server.log"
-        self._log = self.log_path.open("w")
-        full_env = {**os.environ, "QWEN_UI_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        self._log = self.log_path.open("a")
+        merged = {**os.environ, "QWEN_UI_HOME": str(home), "PYTHONUNBUFFERED": "1", **(env or {})}
+        prefix = command or [sys.executable, "-m", "qwen_ui.cli"]
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "qwen_ui.cli", "serve", "--port", str(self.port), *args],
-            env={**full_env, **(env or {})},
+            [*prefix, "serve", "--port", str(self.port), *args],
+            env={k: v for k, v in merged.items() if v is not None},
+            cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
 
-    def wait_for(self, path: str, status: int = 200, timeout: float = 60.0) -> float:
+    def wait_for(self, path: str, status: int = 200, timeout: float = 180.0) -> float:
         """Seconds from process start until ``path`` answered ``status``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

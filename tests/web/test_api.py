@@ -13,7 +13,7 @@ from qwen_ui.server import create_app
 from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID, png, tiny_settings
-from tests.engine.support import build_tiny_model
+from tests.engine.support import build_tiny_model, force_answer
 from tests.support.auth import log_in
 
 
@@ -132,3 +132,14 @@ def test_first_question_installs_the_shipped_demo(tmp_path: Path) -> None:
         events = lines(post(client, "How many shapes are there?", [png()]))
         assert events[-1]["type"] == "done", events[-1]
         assert store.is_installed(DEMO_MODEL_ID, "awq")
+
+
+def test_done_line_carries_the_boxes(
+    api_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = '```json\n[{"bbox_2d": [0, 0, 28, 28], "label": "red circle"}]\n```'
+    force_answer(monkeypatch, services_of(api_client.app).engine, answer)
+    done = lines(post(api_client, "Where is the red circle?", [png((56, 56))]))[-1]
+    assert done["type"] == "done" and done["answer"] == answer
+    assert done["boxes"] == [{"image": 1, "label": "red circle", "box": [0, 0, 28, 28]}]
+    assert done["answer_text"] == "red circle"

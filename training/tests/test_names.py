@@ -1,4 +1,4 @@
-"""The name head's labels and loss (qwen_ui/demo/names.py)."""
+"""The name head's labels and loss (training/names.py)."""
 
 from __future__ import annotations
 

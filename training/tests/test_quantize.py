@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from qwen_ui.demo import awq_format
 from qwen_ui.demo.install import weights_dir
+from qwen_ui.engine import awq_format
 from training import quantize
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo.install import weights_dir
 from qwen_ui.demo.modelcfg import PATCH
 from qwen_ui.engine.pipelines import Turn, messages
 from training import train
@@ -624,3 +625,37 @@ def test_compiled_parts_train_as_the_eager_model_does() -> None:
         steps = [train.train_step(model, opt, b, attention, aux, heads) for b in batches]
         losses.append([float(v) for s in steps for v in (s.lm_loss, s.aux_loss, s.name_loss)])
     assert losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
+
+
+def test_the_loop_trains_grounding_and_refusals_from_the_shipped_weights(tmp_path: Path) -> None:
+    """Two CPU steps continuing from the shipped weights on the new kinds beside a
+    grammar one, every head on: their answers are labelled, held-out scores name them,
+    and the language model moves."""
+    out = tmp_path / "run"
+    shipped = weights_dir("bf16")
+    train.main(
+        [
+            *loop_args(out, "--steps", "2", "--lr", "1e-3", "--init", str(shipped)),
+            *("--kinds", "grounding,off_grammar,count", "--eval-n", "6"),
+            *("--kind-weights", "grounding=3,off_grammar=2", "--answer-weight", "1"),
+            *("--referent-weight", "1", "--asked-weight", "1", "--follow-ups", "2"),
+        ]
+    )
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r["eval"] for r in rows if "eval" in r]
+    assert {"grounding", "off_grammar", "count"} <= set(evals[-1]["acc"])
+    assert all(math.isfinite(r["train"]["loss"]) for r in rows if "train" in r)
+    assert (out / "model" / "model.safetensors.index.json").exists() or any(
+        (out / "model").glob("*.safetensors")
+    )
+
+
+def test_the_training_code_imports_without_the_apps_dependencies() -> None:
+    """The device has torch and transformers only: train.py (and what it imports) must
+    not reach the app's settings (pydantic) or web stack."""
+    import subprocess
+    import sys
+
+    blocked = "import sys\nfor m in ('pydantic', 'pydantic_settings', 'fastapi', 'gradio'):"
+    code = f"{blocked}\n    sys.modules[m] = None\nimport training.train, training.names"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from qwen_ui.demo import awq_format as A
+from qwen_ui.engine import awq_format as A
 
 
 def test_pack_order_is_autoawq_interleave() -> None:
@@ -33,7 +33,7 @@ def test_linear_round_trip_matches_group_dequantization() -> None:
     assert tensors["qweight"].shape == (256, 48)
     assert tensors["qzeros"].shape == (2, 48)
     assert tensors["scales"].shape == (2, 384) and tensors["scales"].dtype == torch.float16
-    dense = A.unpack_linear(**tensors)
+    dense = A.dequantize(**tensors)
     expected = A.dequantize_int(q, scales.half().float(), zeros)
     assert torch.equal(dense, expected)
     assert (dense - w).abs().max() <= scales.max() * 0.51 + 1e-3  # within half a step

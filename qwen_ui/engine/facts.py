@@ -1,0 +1,187 @@
+"""The served model's facts, computed once per snapshot from its config and processor
+without loading the weights, and the engine's placement from the settings. Admission
+gets them as plain data (:mod:`qwen_ui.engine.shapes`).
+
+Works for Qwen2-VL (vision width ``embed_dim``, ``mlp_ratio``) and Qwen2.5-VL (vision
+``hidden_size``, ``intermediate_size``, window attention with full-attention blocks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoProcessor
+
+from qwen_ui.engine.awq import awq_settings
+from qwen_ui.engine.generate import CACHE_BUCKET, decode_mode_for
+from qwen_ui.engine.pipelines import Turn, compute_dtype, messages, pick_device, pixel_bounds
+from qwen_ui.engine.prefill_graphs import bucket_rows
+from qwen_ui.engine.shapes import (
+    Geometry,
+    ModelFacts,
+    ModelShape,
+    Placement,
+    TextShape,
+    VisionShape,
+)
+from qwen_ui.settings import Settings
+
+IMAGE_PAD = "<|image_pad|>"
+
+
+def placement(settings: Settings, device: torch.device | None = None) -> Placement:
+    """Where the engine runs (``device``: instead of the settings' choice) and what it
+    keeps between requests there."""
+    device = device or pick_device(settings.device)
+    static = decode_mode_for(settings.decode_mode, device.type) == "static"
+    rows = settings.prefill_graph_rows
+    graphs = static and device.type == "cuda" and rows > 0
+    return Placement(
+        device=device.type,
+        static_decode=static,
+        cache_bucket=CACHE_BUCKET if static else 0,
+        graph_rows=bucket_rows(rows) if graphs else 0,
+    )
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The facts admission gets, and the processor that counts a prompt's text tokens."""
+
+    facts: ModelFacts
+    processor: Any  # a Qwen-VL processor: chat template + tokenizer
+
+    def text_tokens(self, turns: Sequence[Turn]) -> int:
+        """Tokens of the rendered chat prompt, with each image counted as one pad token
+        (the engine expands the pads to the image's token count)."""
+        text = str(
+            self.processor.apply_chat_template(
+                messages(turns), tokenize=False, add_generation_prompt=True
+            )
+        )
+        ids = self.processor.tokenizer(text)["input_ids"]
+        return len(ids) - text.count(IMAGE_PAD)
+
+
+def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placement) -> ServedModel:
+    """The model at ``path`` as the engine will serve it with ``settings``."""
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+        path, local_files_only=True
+    )
+    image_processor = _image_processor_config(path, processor)
+    low, high = pixel_bounds(image_processor, settings.min_pixels, settings.max_pixels)
+    dtype = compute_dtype(torch.device(where.device))
+    shape = model_shape(
+        config,
+        dtype,
+        where.device,
+        where.cache_bucket,
+        settings.prefill_dequant_rows,
+        settings.fuse_projections,
+    )
+    weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    facts = ModelFacts(snapshot_id, shape, geometry_of(image_processor, low, high), weights)
+    return ServedModel(facts, processor)
+
+
+def geometry_of(image_processor: Any, min_pixels: int, max_pixels: int) -> Geometry:
+    """From a Qwen2-VL image processor (or its config) and the server's pixel bounds."""
+    get = image_processor.get if isinstance(image_processor, dict) else _attr(image_processor)
+    return Geometry(
+        int(get("patch_size", 14)),
+        int(get("merge_size", 2)),
+        int(get("temporal_patch_size", 2)),
+        min_pixels,
+        max_pixels,
+    )
+
+
+def _attr(obj: Any) -> Any:
+    return lambda name, default: getattr(obj, name, default)
+
+
+def _image_processor_config(path: Path, processor: Any) -> Any:
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is not None:
+        return image_processor
+    return json.loads((path / "preprocessor_config.json").read_text())
+
+
+def _get(config: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    if default is None:
+        raise ValueError(f"model config lacks {' / '.join(names)}")
+    return default
+
+
+def text_shape(config: Any) -> TextShape:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = int(_get(text, "hidden_size"))
+    heads = int(_get(text, "num_attention_heads"))
+    head_dim = getattr(text, "head_dim", None) or hidden // heads
+    return TextShape(
+        layers=int(_get(text, "num_hidden_layers")),
+        hidden=hidden,
+        intermediate=int(_get(text, "intermediate_size")),
+        heads=heads,
+        kv_heads=int(_get(text, "num_key_value_heads", default=heads)),
+        head_dim=int(head_dim),
+        vocab=int(_get(text, "vocab_size")),
+    )
+
+
+def vision_shape(config: Any, text_hidden: int) -> VisionShape:
+    vision = config.vision_config
+    width = int(_get(vision, "embed_dim", "hidden_size"))
+    ratio = getattr(vision, "mlp_ratio", None)
+    inter = getattr(vision, "intermediate_size", None) or int(width * float(ratio or 4))
+    patch = int(_get(vision, "patch_size"))
+    merge = int(_get(vision, "spatial_merge_size", default=2))
+    temporal = int(_get(vision, "temporal_patch_size", default=2))
+    channels = int(_get(vision, "in_channels", "in_chans", default=3))
+    depth = int(_get(vision, "depth"))
+    window = int(getattr(vision, "window_size", 0) or 0)
+    full = getattr(vision, "fullatt_block_indexes", None)
+    return VisionShape(
+        depth=depth,
+        hidden=width,
+        intermediate=int(inter),
+        heads=int(_get(vision, "num_heads")),
+        out_hidden=int(_get(vision, "out_hidden_size", default=text_hidden)),
+        patch_input=channels * temporal * patch * patch,
+        merge_unit=merge * merge,
+        window_patches=(window // patch) ** 2 if window else 0,
+        full_blocks=len(full) if full is not None else depth,
+    )
+
+
+def model_shape(
+    config: Any,
+    dtype: torch.dtype,
+    device: str = "cuda",
+    cache_bucket: int = 0,
+    dequant_rows: int = 0,
+    fused_projections: bool = False,
+) -> ModelShape:
+    text = text_shape(config)
+    awq = awq_settings(config) is not None  # as the engine's loader decides
+    attn = getattr(config, "_attn_implementation", None) or "sdpa"
+    return ModelShape(
+        text=text,
+        vision=vision_shape(config, text.hidden),
+        dtype_bytes=torch.empty((), dtype=dtype).element_size(),
+        attn_implementation=str(attn),
+        preprocess_on_device=device == "cpu",
+        cache_bucket=cache_bucket,
+        dequant_rows=dequant_rows if awq else 0,
+        fused_projections=fused_projections and awq,
+    )

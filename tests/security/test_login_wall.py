@@ -29,10 +29,11 @@ GUARDED = [
 
 @pytest.mark.parametrize(("method", "path"), GUARDED)
 def test_anonymous_api_clients_get_401(site: Site, method: str, path: str) -> None:
-    with site.anonymous() as client:
-        response = client.request(method, path)
-    assert response.status_code == 401, (path, response.status_code)
-    assert response.json()["error"]["code"] == "unauthorized"
+    with site.anonymous() as client, client.stream(method, path) as response:
+        # streamed: before the fix, the heartbeat answered 200 and never ended
+        assert response.status_code == 401, (path, response.status_code)
+        response.read()
+        assert response.json()["error"]["code"] == "unauthorized"
 
 
 def test_anonymous_browsers_are_sent_to_login(site: Site) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
+from qwen_ui.admission.count import CountGate
 from qwen_ui.admission.metrics import AdmissionMetrics
 from qwen_ui.admission.seam import EngineAdmission
 from qwen_ui.admission.seam import build as build_admission
@@ -120,9 +121,8 @@ def _engine(
         settings, placement(settings), AdmissionMetrics(metrics.registry), auth.tenant_limit
     )
     if settings.engine == "openai":
-        remote = RemoteEngine(
-            settings, state, status=status, metrics=engine_metrics, tenant_limit=auth.tenant_limit
-        )
+        gate = CountGate.from_settings(settings, auth.tenant_limit)
+        remote = RemoteEngine(settings, state, status=status, metrics=engine_metrics, gate=gate)
         return remote, admission
     engine = Engine(
         settings, store, state, status=status, metrics=engine_metrics, admission=admission

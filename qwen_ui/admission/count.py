@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from qwen_ui.admission.controller import AdmissionController, TenantLimit, unlimited
+from qwen_ui.settings import Settings
 
 UNIT = 1  # what one request weighs
 
@@ -36,6 +37,16 @@ class CountGate:
         self.limit = limit
         self.controller = AdmissionController(
             limit * UNIT, queue_max=queue_max, timeout_s=timeout_s, tenant_limit=tenant_limit
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, tenant_limit: TenantLimit = unlimited) -> CountGate:
+        """The remote engine's gate: ``remote_max_concurrency`` at once, the usual line."""
+        return cls(
+            settings.remote_max_concurrency,
+            settings.queue_max,
+            settings.queue_timeout_s,
+            tenant_limit,
         )
 
     @property

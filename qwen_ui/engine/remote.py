@@ -16,12 +16,10 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, aclosing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from qwen_ui.admission.controller import TenantLimit, unlimited
-from qwen_ui.admission.count import CountGate
 from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
 from qwen_ui.engine.engine import (
@@ -66,6 +64,15 @@ class Answer:
     images_seen: int = 0  # images in the prompt sent, earlier turns' included
 
 
+class Gate(Protocol):
+    """Admission by count (``qwen_ui.admission.count.CountGate``, built by the services):
+    ``gate(request, images, report)`` holds one slot around a request."""
+
+    def __call__(
+        self, request: Any, images: Sequence[Any], report: Any
+    ) -> AbstractAsyncContextManager[None]: ...
+
+
 class RemoteEngine:
     def __init__(
         self,
@@ -74,7 +81,8 @@ class RemoteEngine:
         status: EngineStatus | None = None,
         metrics: EngineMetrics | None = None,
         client: RemoteClient | None = None,
-        tenant_limit: TenantLimit = unlimited,
+        *,
+        gate: Gate,
     ) -> None:
         self.settings = settings
         self.status = status or EngineStatus()
@@ -83,12 +91,7 @@ class RemoteEngine:
             settings.remote_base_url, settings.remote_api_key, settings.remote_timeout_s
         )
         self.conversations = ConversationStore(state, settings.conversation_ttl_s)
-        self.gate = CountGate(
-            settings.remote_max_concurrency,
-            settings.queue_max,
-            settings.queue_timeout_s,
-            tenant_limit,
-        )
+        self.gate = gate
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )

@@ -47,15 +47,9 @@ def test_admission_never_reaches_up() -> None:
     assert reaching("admission", "qwen_ui.web", "qwen_ui.services", "qwen_ui.server") == {}
 
 
-# Known, to be removed: the remote engine (issue 28) builds its own count gate; the
-# services should build it and hand it over. Listed exactly, so this test fails both when
-# a new upward import appears and when this one is fixed (then delete the entry).
-KNOWN_UPWARD = {"remote.py": {"qwen_ui.admission.count", "qwen_ui.admission.count.CountGate"}}
-
-
 def test_the_engine_never_reaches_up() -> None:
     up = ("qwen_ui.admission", "qwen_ui.web", "qwen_ui.services", "qwen_ui.server")
-    assert reaching("engine", *up) == KNOWN_UPWARD
+    assert reaching("engine", *up) == {}
 
 
 def test_auth_holds_no_http_code() -> None:

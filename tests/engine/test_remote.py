@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from qwen_ui.admission.controller import unlimited
+from qwen_ui.admission.count import CountGate
 from qwen_ui.engine.engine import AskOptions, AskRequest, PastTurn
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.remote import RemoteEngine
@@ -47,7 +48,8 @@ def remote_engine(
     client = RemoteClient(
         BASE, settings.remote_api_key, settings.remote_timeout_s, fake.transport()
     )
-    engine = RemoteEngine(settings, MemoryState(), client=client, tenant_limit=tenant_limit)
+    gate = CountGate.from_settings(settings, tenant_limit)
+    engine = RemoteEngine(settings, MemoryState(), client=client, gate=gate)
     engine.start()
     return engine
 
@@ -157,7 +159,8 @@ async def test_unreachable_remote_then_recovery(tmp_path: Path) -> None:
     client = RemoteClient(
         BASE, settings_engine.settings.remote_api_key, 5.0, httpx.MockTransport(handler)
     )
-    engine = RemoteEngine(settings_engine.settings, MemoryState(), client=client)
+    gate = CountGate.from_settings(settings_engine.settings)
+    engine = RemoteEngine(settings_engine.settings, MemoryState(), client=client, gate=gate)
     failed = (await collect(engine, AskRequest("demo", "How many?", [png()])))[-1]
     assert isinstance(failed, Failed) and (failed.status, failed.code) == (
         502,

@@ -62,7 +62,9 @@ class ServerProcess:
             except httpx.TransportError:
                 pass
             time.sleep(0.02)
-        raise TimeoutError(f"{path} never answered {status}:\n{self.output()}")
+        output = self.output()
+        self.stop()  # a fixture that fails here never reaches its own teardown
+        raise TimeoutError(f"{path} never answered {status}:\n{output}")
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -32,6 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def session(server: ServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, follow_redirects=False, timeout=60) as client:
         log_in_with_form(client, "demo", "demo", server.demo_password())
+        client.headers["origin"] = server.url  # as the page's own requests do
         yield client
 
 
@@ -69,10 +70,11 @@ def images(folder: Path, n: int) -> list[str]:
 
 
 def chat_client(server: ServerProcess, session: httpx.Client, folder: Path) -> Client:
-    """gradio_client on the served UI with the logged-in session's cookie."""
+    """gradio_client on the served UI with the logged-in session's cookie, sending the
+    page's Origin as a browser does (cookie-authenticated posts must name it)."""
     return Client(
         server.url,
-        headers={"Cookie": cookie_header(session)},
+        headers={"Cookie": cookie_header(session), "Origin": server.url},
         verbose=False,
         download_files=str(folder / "dl"),
         analytics_enabled=False,
@@ -98,7 +100,7 @@ def test_three_images_stream_stages_in_order_then_the_answer(
 ) -> None:
     client = chat_client(server, session, tmp_path)
     message = {"text": "How many circles?", "files": [handle_file(p) for p in images(tmp_path, 3)]}
-    titles, answers, final = follow(client.submit(message, [], api_name="/on_submit"))
+    titles, answers, final = follow(client.submit(message, [], None, "en", api_name="/on_submit"))
     stages = [t for t in titles if not t.startswith(("Working", "Done"))]
     assert stages == THREE_IMAGE_STAGES
     assert titles[-1].startswith("Done in")

@@ -102,7 +102,14 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             picker = gr.Radio(LANG_CHOICES, value="en", label=t("language", "en"), scale=0)
         status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
         demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
-        chat = gr.Chatbot(label=t("chat", "en"), elem_id="qwen-chat", height=460)
+        chat = gr.Chatbot(
+            label=t("chat", "en"),
+            elem_id="qwen-chat",
+            height=460,
+            # no "share" (it needs Hugging Face Spaces) and no "copy all" (it copies the
+            # server's temp-file URLs); each message keeps its own copy button
+            buttons=["copy"],
+        )
         progress = gr.HTML(progress_html(0.0), elem_id="qwen-progress")
         question = gr.MultimodalTextbox(
             label=t("question", "en"),

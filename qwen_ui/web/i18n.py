@@ -38,6 +38,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stop": {"en": "Stop", "zh": "停止"},
     "new_chat": {"en": "New conversation", "zh": "新对话"},
     "logout": {"en": "Log out", "zh": "退出登录"},
+    "logged_in_as": {"en": "Logged in as", "zh": "当前用户"},
     "working": {"en": "Working…", "zh": "处理中……"},
     # "token" in Chinese for a classroom: 字词 (words and characters), not the jargon 词元
     "done_in": {

@@ -8,6 +8,7 @@ generator, which closes the engine's iterator and so the work on the worker thre
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -79,9 +80,17 @@ def progress_html(fraction: float, label: str = "") -> str:
     )
 
 
-def logout_html(settings: Settings, lang: Lang) -> str:
-    """A link to the logout page (a confirmation form: logging out is a CSRF-checked POST)."""
-    return f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
+def logout_html(settings: Settings, lang: Lang, who: str = "") -> str:
+    """Who is logged in (``tenant/user``) and a link to the logout page (a confirmation
+    form: logging out is a CSRF-checked POST)."""
+    shown = (
+        f'<span class="qwen-who">{t("logged_in_as", lang)} <strong>{html.escape(who)}</strong>'
+        "</span> · "
+        if who
+        else ""
+    )
+    link = f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
+    return shown + link
 
 
 def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
@@ -99,6 +108,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
                 )
         with gr.Row(elem_classes="qwen-header"):
             header = gr.Markdown(_header("en"))
+            logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout", scale=0)
             picker = gr.Radio(LANG_CHOICES, value="en", label=t("language", "en"), scale=0)
         status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
         demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
@@ -124,7 +134,6 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         with gr.Row():
             stop = gr.Button(t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0)
             new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
-            logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout")
         build_oss_panel(app, blocks, question)
         example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
@@ -175,13 +184,15 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             if request.query_params.get("lang") in LANGS:
                 chosen = request.query_params["lang"]  # type: ignore[assignment]
             shown = await showing(request, chosen, stored_conversation)
-            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            who = principal_from_gradio(request).label
+            relabelled = dict(zip(texts, _relabel(app, chosen, who), strict=True))
             return {lang: chosen, **merged(relabelled, shown)}
 
         async def on_pick(
             chosen: Lang, conversation_id: str, request: gr.Request
         ) -> dict[Any, Any]:
-            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            who = principal_from_gradio(request).label
+            relabelled = dict(zip(texts, _relabel(app, chosen, who), strict=True))
             listed_now = await listing(request, chosen, conversation_id)
             return {lang: chosen, **merged(relabelled, listed_now)}
 
@@ -577,7 +588,7 @@ def _header(lang: Lang) -> str:
     return f"# {t('title', lang)}\n{t('tagline', lang)}"
 
 
-def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
+def _relabel(app: FastAPI, lang: Lang, who: str) -> tuple[Any, ...]:
     return (
         gr.update(value=_header(lang)),
         gr.update(value=lang, label=t("language", lang)),
@@ -586,7 +597,7 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
         gr.update(value=t("stop", lang)),
         gr.update(value=t("new_chat", lang)),
-        gr.update(value=logout_html(services_of(app).settings, lang)),
+        gr.update(value=logout_html(services_of(app).settings, lang, who)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
         gr.update(label=t("history", lang)),

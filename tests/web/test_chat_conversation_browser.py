@@ -167,3 +167,21 @@ def test_trash_clears_the_server_conversation(page: Page, tmp_path: Path) -> Non
     assert "Encoding image" not in chat_text(page)  # a fresh conversation: no image
     assert chat_images(page) == 0
     stop(page, 0)
+
+
+def test_header_names_the_user_and_logout_can_be_cancelled(
+    page: Page, server: ServerProcess
+) -> None:
+    header = page.locator(".qwen-header #qwen-logout")
+    header.locator("text=demo/demo").wait_for(timeout=15_000)
+    assert "Logged in as demo/demo" in header.inner_text()
+    footer = page.locator("footer")
+    assert "Settings" not in footer.inner_text()  # Gradio's settings panel is gone
+    assert page.locator("#qwen-chat button[title='Share'], #qwen-chat .share-button").count() == 0
+    page.click("#qwen-logout a.qwen-logout")
+    page.wait_for_url("**/logout")
+    page.click("a.cancel")
+    page.wait_for_url(server.url + "/")
+    page.wait_for_selector("#qwen-question textarea")  # still logged in
+    page.goto(server.url + "/?lang=zh")
+    page.locator("#qwen-logout >> text=当前用户").wait_for(timeout=15_000)

@@ -166,6 +166,9 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             # and the question is sent anyway; the server refuses any non-image with one
             # message in the page's language and gives the text and files back
             file_count="multiple",
+            # Gradio turns pasted text longer than this into a .txt attachment (1,000 by
+            # default): a long question must stay text, to be counted and refused as such
+            max_plain_text_length=10 * settings.max_question_chars,
             elem_id="qwen-question",
             interactive=True,
         )

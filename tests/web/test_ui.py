@@ -50,6 +50,12 @@ def test_no_gradio_extras_that_fail_here(client: TestClient) -> None:
     assert chats[0]["props"]["buttons"] == ["copy"]
 
 
+def test_pasted_long_question_stays_text(client: TestClient, settings: Settings) -> None:
+    cfg = config(client)
+    (box,) = [c for c in cfg["components"] if c.get("props", {}).get("elem_id") == "qwen-question"]
+    assert box["props"]["max_plain_text_length"] > settings.max_question_chars
+
+
 def test_api_link_when_enabled(home: Path) -> None:
     with TestClient(create_app(Settings(home=home, show_api=True))) as client:
         log_in(client)

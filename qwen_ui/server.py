@@ -135,7 +135,9 @@ def _mount_gradio(app: FastAPI, settings: Settings) -> None:
     from qwen_ui.web.ui import build_ui
 
     theme = load_theme(settings.themes_dir, settings.theme)
-    footer: list[str] = ["gradio", "settings"] + (["api"] if settings.show_api else [])
+    # no "settings" link: Gradio's settings panel offers a second language selector (for its
+    # own labels only), a PWA hint and Screen Studio, none of which work here
+    footer: list[str] = ["gradio"] + (["api"] if settings.show_api else [])
     gr.mount_gradio_app(
         app,
         build_ui(app, settings),

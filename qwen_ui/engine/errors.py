@@ -16,6 +16,7 @@ __all__ = [
     "ConversationNotFound",
     "EngineFailed",
     "EngineStopped",
+    "ImageEmpty",
     "ImageTooLarge",
     "ImageTooManyPixels",
     "ImageUnreadable",
@@ -34,6 +35,12 @@ class ImageUnsupported(BadRequest):
     zh = "第 {index} 张图片的格式不受支持（{found}）；请使用 JPEG、PNG、WebP、BMP 或 GIF。"
 
 
+class ImageEmpty(BadRequest):
+    code = "image_empty"
+    en = "Image {index} is an empty file (0 bytes); attach the image again."
+    zh = "第 {index} 张图片是空文件（0 字节），请重新添加图片。"
+
+
 class ImageUnreadable(BadRequest):
     code = "image_unreadable"
     en = "Image {index} could not be read; the file may be damaged."
@@ -48,8 +55,9 @@ class ImageTooLarge(PayloadTooLarge):
 
 class ImageTooManyPixels(PayloadTooLarge):
     code = "image_too_many_pixels"
-    en = "Image {index} has {pixels} pixels; the limit is {limit} pixels per image."
-    zh = "第 {index} 张图片有 {pixels} 像素，每张图片上限为 {limit} 像素。"
+    # pixels: a text (a count or width×height, already with separators); limit: an int
+    en = "Image {index} has {pixels} pixels; the limit is {limit:,} pixels per image."
+    zh = "第 {index} 张图片有 {pixels} 像素，每张图片上限为 {limit:,} 像素。"
 
 
 class TooManyImages(BadRequest):
@@ -72,8 +80,8 @@ class NoImage(BadRequest):
 
 class QuestionTooLong(BadRequest):
     code = "question_too_long"
-    en = "The question has {count} characters; the limit is {limit}."
-    zh = "问题有 {count} 个字符，上限为 {limit} 个。"
+    en = "The question has {count:,} characters; the limit is {limit:,}."
+    zh = "问题有 {count:,} 个字符，上限为 {limit:,} 个。"
 
 
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2^64 - 1

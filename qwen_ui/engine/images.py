@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from qwen_ui.engine.errors import (
+    ImageEmpty,
     ImageTooLarge,
     ImageTooManyPixels,
     ImageUnreadable,
@@ -82,6 +83,8 @@ def check_count(count: int, limits: ImageLimits) -> None:
 
 
 def check_bytes(data: bytes, index: int, limits: ImageLimits) -> None:
+    if not data:
+        raise ImageEmpty(index=index)
     if len(data) > limits.max_bytes:
         raise ImageTooLarge(index=index, size_mb=_mb(len(data)), limit_mb=_mb(limits.max_bytes))
 
@@ -140,7 +143,7 @@ def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:
         image = Image.open(io.BytesIO(data), formats=None)
     except Image.DecompressionBombError as exc:  # PIL's own guard, from the header too
         found = re.search(r"\((\d+) pixels\)", str(exc))
-        pixels = found.group(1) if found else f"> {limits.max_pixels}"
+        pixels = f"{int(found.group(1)):,}" if found else f"> {limits.max_pixels:,}"
         raise ImageTooManyPixels(index=index, pixels=pixels, limit=limits.max_pixels) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise ImageUnsupported(index=index, found=_sniff(data)) from exc
@@ -150,7 +153,8 @@ def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:
     if width <= 0 or height <= 0:
         raise ImageUnreadable(index=index)
     if width * height > limits.max_pixels:
-        raise ImageTooManyPixels(index=index, pixels=f"{width}×{height}", limit=limits.max_pixels)
+        shape = f"{width:,}×{height:,}"
+        raise ImageTooManyPixels(index=index, pixels=shape, limit=limits.max_pixels)
     return image
 
 

@@ -36,8 +36,11 @@ TEXT: dict[str, dict[Lang, str]] = {
     },
     "send": {"en": "Ask", "zh": "提问"},
     "stop": {"en": "Stop", "zh": "停止"},
+    "counter_images": {"en": "images", "zh": "图片"},
+    "counter_chars": {"en": "characters", "zh": "字符"},
     "new_chat": {"en": "New conversation", "zh": "新对话"},
     "logout": {"en": "Log out", "zh": "退出登录"},
+    "logged_in_as": {"en": "Logged in as", "zh": "当前用户"},
     "working": {"en": "Working…", "zh": "处理中……"},
     # "token" in Chinese for a classroom: 字词 (words and characters), not the jargon 词元
     "done_in": {

@@ -206,7 +206,8 @@ async def logout_page(request: Request, services: ServicesDep) -> Response:
     if session is None or session_id is None:
         return RedirectResponse((request.scope.get("root_path", "") or "") + "/login", 303)
     token = csrf.token_for(services.auth.keys, session_id)
-    return _html(render_logout(lang, token, session.principal.label))
+    back = (request.scope.get("root_path", "") or "") + services.settings.ui_path
+    return _html(render_logout(lang, token, session.principal.label, back))
 
 
 @router.post("/logout", include_in_schema=False)

@@ -123,13 +123,15 @@ def render_login(lang: Lang, form: LoginForm) -> str:
     return _page(lang, lt("page_title", lang), body)
 
 
-def render_logout(lang: Lang, csrf: str, who: str) -> str:
+def render_logout(lang: Lang, csrf: str, who: str, back: str) -> str:
+    """The logout confirmation: Log out (a CSRF-checked POST) or Cancel (back to ``back``)."""
     body = (
         f"<h1>{escape(lt('logout_heading', lang))}</h1>"
         f'<p class="intro">{escape(lt("logout_intro", lang).format(who=who))}</p>'
         '<form method="post" action="logout">'
         f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
-        f'<button type="submit">{escape(lt("logout_submit", lang))}</button></form>'
-        + _language_link(lang, {})
+        f'<button type="submit">{escape(lt("logout_submit", lang))}</button>'
+        f'<a class="cancel" href="{escape(back)}">{escape(lt("logout_cancel", lang))}</a>'
+        "</form>" + _language_link(lang, {})
     )
     return _page(lang, lt("logout_title", lang), body)

@@ -34,6 +34,7 @@ LOGIN_TEXT: dict[str, dict[Lang, str]] = {
     "logout_heading": {"en": "Log out", "zh": "退出登录"},
     "logout_intro": {"en": "You are logged in as {who}.", "zh": "您当前登录身份：{who}。"},
     "logout_submit": {"en": "Log out", "zh": "退出登录"},
+    "logout_cancel": {"en": "Cancel", "zh": "取消"},
     "logged_out": {"en": "You have logged out.", "zh": "您已退出登录。"},
     "switch_language": {"en": "中文", "zh": "English"},
 }

@@ -8,6 +8,8 @@ generator, which closes the engine's iterator and so the work on the worker thre
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -79,9 +81,52 @@ def progress_html(fraction: float, label: str = "") -> str:
     )
 
 
-def logout_html(settings: Settings, lang: Lang) -> str:
-    """A link to the logout page (a confirmation form: logging out is a CSRF-checked POST)."""
-    return f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
+NEAR_LIMIT = 0.8  # the character count shows from this share of the limit on
+COUNTER_EMPTY = '<div class="qwen-counter" aria-live="polite"></div>'
+
+
+def counter_js(settings: Settings) -> str:
+    """A browser script, run once on load, that redraws the counter under the question box
+    on every keystroke and attachment: "images n/8" while images are attached, "characters
+    n/4,000" from ``NEAR_LIMIT`` of the limit on, red above a limit. It reads the box from
+    the page, so counting makes no request to the server."""
+    words = {code: [t("counter_images", code), t("counter_chars", code)] for code in LANGS}
+    return f"""() => {{
+  const all = {json.dumps(words)};
+  const maxImages = {settings.max_images}, maxChars = {settings.max_question_chars};
+  const span = (word, n, max) => `<span class="qwen-count${{n > max ? " over" : ""}}">` +
+    `${{word}} ${{n.toLocaleString("en-US")}}/${{max.toLocaleString("en-US")}}</span>`;
+  const draw = () => {{
+    const box = document.querySelector("#qwen-question");
+    const out = document.querySelector("#qwen-counter .qwen-counter");
+    if (!box || !out) return;
+    const lang = document.querySelector("#qwen-lang input:checked")?.value;
+    const words = all[lang] || all.en;
+    const files = box.querySelectorAll(".thumbnail-item").length;
+    const chars = [...(box.querySelector("textarea")?.value || "")].length;
+    const parts = [];
+    if (files) parts.push(span(words[0], files, maxImages));
+    if (chars >= {NEAR_LIMIT} * maxChars) parts.push(span(words[1], chars, maxChars));
+    const html = parts.join(" · ");
+    if (out.innerHTML !== html) out.innerHTML = html;  // no change, no new mutation
+  }};
+  document.addEventListener("input", draw, true);
+  new MutationObserver(draw).observe(document.body, {{ subtree: true, childList: true }});
+  draw();
+}}"""
+
+
+def logout_html(settings: Settings, lang: Lang, who: str = "") -> str:
+    """Who is logged in (``tenant/user``) and a link to the logout page (a confirmation
+    form: logging out is a CSRF-checked POST)."""
+    shown = (
+        f'<span class="qwen-who">{t("logged_in_as", lang)} <strong>{html.escape(who)}</strong>'
+        "</span> · "
+        if who
+        else ""
+    )
+    link = f'<a class="qwen-logout" href="{settings.root_path}/logout">{t("logout", lang)}</a>'
+    return shown + link
 
 
 def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
@@ -99,10 +144,20 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
                 )
         with gr.Row(elem_classes="qwen-header"):
             header = gr.Markdown(_header("en"))
-            picker = gr.Radio(LANG_CHOICES, value="en", label=t("language", "en"), scale=0)
+            logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout", scale=0)
+            picker = gr.Radio(
+                LANG_CHOICES, value="en", label=t("language", "en"), scale=0, elem_id="qwen-lang"
+            )
         status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
         demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
-        chat = gr.Chatbot(label=t("chat", "en"), elem_id="qwen-chat", height=460)
+        chat = gr.Chatbot(
+            label=t("chat", "en"),
+            elem_id="qwen-chat",
+            height=460,
+            # no "share" (it needs Hugging Face Spaces) and no "copy all" (it copies the
+            # server's temp-file URLs); each message keeps its own copy button
+            buttons=["copy"],
+        )
         progress = gr.HTML(progress_html(0.0), elem_id="qwen-progress")
         question = gr.MultimodalTextbox(
             label=t("question", "en"),
@@ -111,13 +166,19 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             # and the question is sent anyway; the server refuses any non-image with one
             # message in the page's language and gives the text and files back
             file_count="multiple",
+            # Gradio turns pasted text longer than this into a .txt attachment (1,000 by
+            # default): a long question must stay text, to be counted and refused as such
+            max_plain_text_length=10 * settings.max_question_chars,
             elem_id="qwen-question",
             interactive=True,
         )
+        gr.HTML(COUNTER_EMPTY, elem_id="qwen-counter")
         with gr.Row():
-            stop = gr.Button(t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0)
+            # shown only while an answer runs, when the box's Send button is hidden
+            stop = gr.Button(
+                t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0, visible=False
+            )
             new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
-            logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout")
         build_oss_panel(app, blocks, question)
         example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
@@ -168,13 +229,15 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             if request.query_params.get("lang") in LANGS:
                 chosen = request.query_params["lang"]  # type: ignore[assignment]
             shown = await showing(request, chosen, stored_conversation)
-            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            who = principal_from_gradio(request).label
+            relabelled = dict(zip(texts, _relabel(app, chosen, who), strict=True))
             return {lang: chosen, **merged(relabelled, shown)}
 
         async def on_pick(
             chosen: Lang, conversation_id: str, request: gr.Request
         ) -> dict[Any, Any]:
-            relabelled = dict(zip(texts, _relabel(app, chosen), strict=True))
+            who = principal_from_gradio(request).label
+            relabelled = dict(zip(texts, _relabel(app, chosen, who), strict=True))
             listed_now = await listing(request, chosen, conversation_id)
             return {lang: chosen, **merged(relabelled, listed_now)}
 
@@ -216,8 +279,16 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         def on_new_chat(request: gr.Request) -> tuple[Any, ...]:
             if controls.request(str(request.session_hash), "reset"):
                 return gr.update(), gr.update(), gr.update(), gr.update()  # the answer resets
-            return [], gr.update(value=None, interactive=True), "", progress_html(0.0)
+            return [], idle_box(value=None), "", progress_html(0.0)
 
+        # counted in the browser as the user types or attaches: no round trip per key
+        question.submit(  # Stop in Send's place at once, outside the answer's stream
+            lambda: gr.update(visible=True),
+            None,
+            [stop],
+            queue=False,
+            api_visibility="private",
+        )
         submitted = question.submit(
             on_submit,
             [question, chat, conversation, lang],
@@ -230,7 +301,8 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             current: Lang, conversation_id: str, request: gr.Request
         ) -> dict[Any, Any]:
             return {
-                question: gr.update(interactive=True),
+                question: idle_box(),
+                stop: gr.update(visible=False),
                 status: status_markdown(app, current),
                 **await listing(request, current, conversation_id),
             }
@@ -238,7 +310,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         submitted.then(
             after_answer,
             [lang, conversation],
-            [question, status, *listed],
+            [question, stop, status, *listed],
             api_visibility="private",
         )
 
@@ -264,6 +336,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
         title_box.submit(
             on_rename, [conversation, title_box, lang], listed, api_visibility="private"
         )
+        blocks.load(None, None, None, js=counter_js(settings))  # the browser counts
         blocks.load(
             on_load,
             [lang, conversation],
@@ -361,8 +434,10 @@ async def _answer(
     }
     reply: dict[str, Any] = {"role": "assistant", "content": ""}
     chat += [stage, reply]
-    locked = gr.MultimodalTextbox(value=None, interactive=False)
+    # locked while the answer runs; the Stop button below takes the Send button's place
+    locked = gr.update(value=None, interactive=False, submit_btn=False)
     yield chat, locked, progress_html(0.0), conversation_id, gr.update()
+    busy = gr.update()  # later updates leave the box as it is
     attached = False
     try:
         principal = principal_from_gradio(request)
@@ -386,14 +461,14 @@ async def _answer(
                 if isinstance(event, Failed):
                     break
                 status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
-                yield chat, locked, progress_html(_progress(event)), conversation_id, status
+                yield chat, busy, progress_html(_progress(event)), conversation_id, status
             else:
                 return
         if not isinstance(event, Failed):
             if wanted == "reset":
                 yield (
                     [],
-                    gr.update(value=None),
+                    idle_box(value=None),
                     progress_html(0.0),
                     None,
                     status_markdown(app, lang),
@@ -449,8 +524,8 @@ def _kept_input(text: str | None, files: list[str], attached: bool) -> Any:
     take go back into it (with the text, when the submit was refused)."""
     back = [] if attached else files
     if not text and not back:
-        return gr.update(interactive=True)  # whatever was typed meanwhile stays
-    return gr.update(value={"text": text or "", "files": back}, interactive=True)
+        return idle_box()  # whatever was typed meanwhile stays
+    return idle_box(value={"text": text or "", "files": back})
 
 
 def _after_failure(chat: Messages, text: str, files: list[str], attached: bool) -> tuple[Any, ...]:
@@ -459,6 +534,11 @@ def _after_failure(chat: Messages, text: str, files: list[str], attached: bool) 
     if not attached and files:
         chat = [m for m in chat if not _is_image(m) or _path_of(m["content"]) not in files]
     return chat, _kept_input(text, files, attached)
+
+
+def idle_box(**value: Any) -> Any:
+    """The question box when no answer runs: usable, with its Send button."""
+    return gr.update(interactive=True, submit_btn=True, **value)
 
 
 def _is_image(message: dict[str, Any]) -> bool:
@@ -540,7 +620,7 @@ def _stopped(history: Messages | None, lang: Lang) -> tuple[Any, ...]:
         if meta.get("status") == "pending":
             meta["status"] = "done"
             meta["title"] = t("stopped", lang)
-    return chat, gr.update(interactive=True), progress_html(0.0)
+    return chat, idle_box(), progress_html(0.0)
 
 
 def _path_of(item: Any) -> str:
@@ -570,7 +650,7 @@ def _header(lang: Lang) -> str:
     return f"# {t('title', lang)}\n{t('tagline', lang)}"
 
 
-def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
+def _relabel(app: FastAPI, lang: Lang, who: str) -> tuple[Any, ...]:
     return (
         gr.update(value=_header(lang)),
         gr.update(value=lang, label=t("language", lang)),
@@ -579,7 +659,7 @@ def _relabel(app: FastAPI, lang: Lang) -> tuple[Any, ...]:
         gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
         gr.update(value=t("stop", lang)),
         gr.update(value=t("new_chat", lang)),
-        gr.update(value=logout_html(services_of(app).settings, lang)),
+        gr.update(value=logout_html(services_of(app).settings, lang, who)),
         gr.update(value=DEMO_NOTICE[lang]),
         *(gr.update(visible=code == lang) for code in LANGS),
         gr.update(label=t("history", lang)),

@@ -149,7 +149,10 @@ def test_logout_deletes_the_session_server_side(web: TestClient, secret_watch: S
     session_id = session_cookie(web)
     secret_watch.add(session_id)
     me = web.get("/api/v1/me").json()
-    assert web.get("/logout").status_code == 200
+    confirm = web.get("/logout")
+    assert confirm.status_code == 200
+    assert '<a class="cancel" href="/">Cancel</a>' in confirm.text  # back to the chat
+    assert '<a class="cancel" href="/">取消</a>' in web.get("/logout?lang=zh").text
     bad = web.post("/logout", data={"csrf": "forged"})
     assert bad.status_code == 403
     out = web.post("/logout", data={"csrf": me["logout_csrf"]})

@@ -127,6 +127,7 @@ BAD_INPUTS = [
     (ask("x" * 5000), "question_too_long"),
     (ask(images=[png()] * 9), "too_many_images"),
     (ask(images=[b"%PDF-1.4"]), "image_unsupported"),
+    (ask(images=[png(), b""]), "image_empty"),
     (ask(images=[png(), png()[:60]]), "image_unreadable"),
     (ask(images=[b"\0" * (21 * 1024 * 1024)]), "image_too_large"),
     (ask(options=AskOptions(max_new_tokens=0)), "bad_option"),
@@ -146,6 +147,8 @@ async def test_bad_inputs_give_typed_errors_and_the_engine_keeps_serving(engine:
         assert not any(isinstance(e, Token) for e in events)
     zh = final(await collect(engine, ask("", lang="zh")))
     assert isinstance(zh, Failed) and zh.message == "请输入问题。"
+    long = final(await collect(engine, ask("x" * 5000)))
+    assert isinstance(long, Failed) and "5,000 characters" in long.message
     assert isinstance(final(await collect(engine, ask(images=[png()]))), Done)
 
 

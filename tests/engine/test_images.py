@@ -10,6 +10,7 @@ from PIL import Image
 
 from qwen_ui.engine import images
 from qwen_ui.engine.errors import (
+    ImageEmpty,
     ImageTooLarge,
     ImageTooManyPixels,
     ImageUnreadable,
@@ -76,7 +77,16 @@ def test_too_many_images() -> None:
         images.decode_all([b"x"] * 4, LIMITS)
 
 
-@pytest.mark.parametrize("payload", [b"%PDF-1.4 hello", b"just text", b""])
+def test_empty_file_is_named_as_such() -> None:
+    with pytest.raises(ImageEmpty) as err:
+        images.decode(b"", 2, LIMITS)
+    assert err.value.code == "image_empty" and err.value.status == 400
+    assert "Image 2 is an empty file (0 bytes)" in err.value.message("en")
+    assert "第 2 张图片是空文件" in err.value.message("zh")
+    assert "unknown" not in err.value.message("en")
+
+
+@pytest.mark.parametrize("payload", [b"%PDF-1.4 hello", b"just text"])
 def test_not_an_image(payload: bytes) -> None:
     with pytest.raises(ImageUnsupported):
         images.decode(payload, 1, LIMITS)
@@ -107,10 +117,10 @@ def png_header_claiming(width: int, height: int) -> bytes:
 def test_pixel_limit_is_checked_from_the_header() -> None:
     with pytest.raises(ImageTooManyPixels) as err:  # our check, from the header
         images.decode(png_header_claiming(2_000, 1_000), 1, LIMITS)
-    assert "2000×1000" in err.value.message("en")
+    assert "2,000×1,000 pixels; the limit is 1,000,000 pixels" in err.value.message("en")
     with pytest.raises(ImageTooManyPixels) as err:  # PIL's own guard fires at open
         images.decode(png_header_claiming(60_000, 60_000), 1, LIMITS)
-    assert "3600000000" in err.value.message("zh")
+    assert "3,600,000,000 像素" in err.value.message("zh")
 
 
 def test_pil_guard_does_not_trip_below_our_limit() -> None:

@@ -17,6 +17,8 @@ from tests.support.server import ServerProcess, tiny_model_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
+STOP = "#qwen-stop"  # shown in the Send button's place while an answer runs
+SEND = "#qwen-question button.submit-button"
 STAGES = "#qwen-chat .message.bot, #qwen-chat [data-testid='bot']"
 
 
@@ -93,7 +95,7 @@ def settled(page: Page) -> None:
 
 
 def stop(page: Page, stopped_before: int) -> None:
-    page.click("#qwen-stop")
+    page.click(STOP)
     page.wait_for_function(
         "n => (document.querySelector('#qwen-chat').innerText.match(/Stopped/g) || []).length > n",
         arg=stopped_before,
@@ -167,3 +169,47 @@ def test_trash_clears_the_server_conversation(page: Page, tmp_path: Path) -> Non
     assert "Encoding image" not in chat_text(page)  # a fresh conversation: no image
     assert chat_images(page) == 0
     stop(page, 0)
+
+
+def test_header_names_the_user_and_logout_can_be_cancelled(
+    page: Page, server: ServerProcess
+) -> None:
+    header = page.locator(".qwen-header #qwen-logout")
+    header.locator("text=demo/demo").wait_for(timeout=15_000)
+    assert "Logged in as demo/demo" in header.inner_text()
+    footer = page.locator("footer")
+    assert "Settings" not in footer.inner_text()  # Gradio's settings panel is gone
+    assert page.locator("#qwen-chat button[title='Share'], #qwen-chat .share-button").count() == 0
+    page.click("#qwen-logout a.qwen-logout")
+    page.wait_for_url("**/logout")
+    page.click("a.cancel")
+    page.wait_for_url(server.url + "/")
+    page.wait_for_selector("#qwen-question textarea")  # still logged in
+    page.goto(server.url + "/?lang=zh")
+    page.locator("#qwen-logout >> text=当前用户").wait_for(timeout=15_000)
+
+
+def test_counters_and_stop_in_the_send_buttons_place(page: Page, tmp_path: Path) -> None:
+    assert page.locator(SEND).is_visible() and page.locator(STOP).count() == 0
+    attach(page, tmp_path, 2)
+    page.wait_for_selector("#qwen-counter >> text=images 2/8", timeout=10_000)
+    page.fill("#qwen-question textarea", "x" * 3_300)  # near the limit of 4,000 (from 80 %)
+    page.wait_for_selector("#qwen-counter >> text=characters 3,300/4,000", timeout=10_000)
+    page.fill("#qwen-question textarea", "x" * 4_001)
+    page.wait_for_selector("#qwen-counter .over >> text=characters 4,001/4,000", timeout=10_000)
+    page.fill("#qwen-question textarea", "Which image is red?")
+    page.wait_for_function(
+        "() => !document.querySelector('#qwen-counter').innerText.includes('characters')",
+        timeout=10_000,
+    )
+    page.press("#qwen-question textarea", "Enter")
+    page.wait_for_selector(STOP, timeout=30_000)
+    page.wait_for_selector(SEND, state="detached", timeout=10_000)
+    wait_text(page, "Encoding image")
+    stop(page, 0)
+    page.wait_for_selector(SEND, timeout=15_000)
+    page.wait_for_selector(STOP, state="detached", timeout=10_000)
+    page.wait_for_function(
+        "() => !document.querySelector('#qwen-counter').innerText.includes('images')",
+        timeout=10_000,
+    )  # the box was emptied: the conversation holds the images now

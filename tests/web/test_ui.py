@@ -39,6 +39,23 @@ def test_no_api_link_by_default_and_upload_limit(client: TestClient, settings: S
     assert cfg["analytics_enabled"] is False
 
 
+def test_no_gradio_extras_that_fail_here(client: TestClient) -> None:
+    """No settings panel (language selector, PWA hint, Screen Studio), no run history, no
+    share or copy-all buttons on the chat."""
+    cfg = config(client)
+    assert cfg["footer_links"] == ["gradio"]
+    assert not cfg.get("pwa")
+    chats = [c for c in cfg["components"] if c.get("props", {}).get("elem_id") == "qwen-chat"]
+    assert len(chats) == 1
+    assert chats[0]["props"]["buttons"] == ["copy"]
+
+
+def test_pasted_long_question_stays_text(client: TestClient, settings: Settings) -> None:
+    cfg = config(client)
+    (box,) = [c for c in cfg["components"] if c.get("props", {}).get("elem_id") == "qwen-question"]
+    assert box["props"]["max_plain_text_length"] > settings.max_question_chars
+
+
 def test_api_link_when_enabled(home: Path) -> None:
     with TestClient(create_app(Settings(home=home, show_api=True))) as client:
         log_in(client)

@@ -29,7 +29,14 @@ GiB = 1024**3
 DEMO_FILES = Path(__file__).resolve().parent.parent / "qwen_ui" / "demo" / "weights" / "bf16"
 AWQ_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUP = 128
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
+# The demo's own model files, not copied: its weights' layout, and qwen_ui.json (the demo
+# cannot answer without images; these random-weight stand-ins for Qwen models can).
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "qwen_ui.json",
+)
 # Shared by the published Qwen2.5-VL sizes: mrope and the vision tower (its output width
 # follows the language model's hidden size).
 _MROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}

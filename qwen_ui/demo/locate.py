@@ -12,6 +12,8 @@ import json
 import math
 import random
 
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
 from qwen_ui.demo import scenes
 
 FACTOR = 28  # patch 14 x merge 2: the processor resizes to multiples of this
@@ -25,17 +27,10 @@ Box = tuple[int, int, int, int]
 def resized_size(width: int, height: int) -> tuple[int, int]:
     """(width, height) of an image after the processor's resize (Qwen2-VL's
     ``smart_resize``: multiples of 28, area within the pixel limits)."""
-    h_bar = round(height / FACTOR) * FACTOR
-    w_bar = round(width / FACTOR) * FACTOR
-    if h_bar * w_bar > MAX_PIXELS:
-        beta = math.sqrt(height * width / MAX_PIXELS)
-        h_bar = max(FACTOR, math.floor(height / beta / FACTOR) * FACTOR)
-        w_bar = max(FACTOR, math.floor(width / beta / FACTOR) * FACTOR)
-    elif h_bar * w_bar < MIN_PIXELS:
-        beta = math.sqrt(MIN_PIXELS / (height * width))
-        h_bar = math.ceil(height * beta / FACTOR) * FACTOR
-        w_bar = math.ceil(width * beta / FACTOR) * FACTOR
-    return w_bar, h_bar
+    h_bar, w_bar = smart_resize(
+        height, width, factor=FACTOR, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
+    )
+    return int(w_bar), int(h_bar)
 
 
 def extent(shape: scenes.Shape) -> tuple[float, float, float, float]:

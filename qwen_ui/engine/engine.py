@@ -222,6 +222,19 @@ def recent_turns(turns: list[StoredTurn], new_images: int, max_images: int) -> l
     return list(reversed(kept))
 
 
+async def conversation_of(store: ConversationStore, request: AskRequest) -> Conversation:
+    """The request's conversation: the turns a stateless request carries, the stored one
+    it names (its owner's only), or a new one."""
+    if request.history is not None:
+        turns = [
+            StoredTurn(t.question, t.answer, [sha256(b) for b in t.images]) for t in request.history
+        ]
+        return Conversation("", request.tenant, request.owner, turns)
+    if request.conversation_id:
+        return await store.get(request.owner, request.conversation_id)
+    return Conversation(new_id(), request.tenant, request.owner)
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -354,15 +367,7 @@ class Engine:
         return text
 
     async def _conversation(self, request: AskRequest) -> Conversation:
-        if request.history is not None:
-            turns = [
-                StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
-                for t in request.history
-            ]
-            return Conversation("", request.tenant, request.owner, turns)
-        if request.conversation_id:
-            return await self.conversations.get(request.owner, request.conversation_id)
-        return Conversation(new_id(), request.tenant, request.owner)
+        return await conversation_of(self.conversations, request)
 
     async def _answers_without_images(self) -> bool:
         """A fact of the model: ``qwen_ui.json`` beside its weights may say

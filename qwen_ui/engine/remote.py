@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from qwen_ui.engine import images as image_checks
-from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn, new_id
+from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
 from qwen_ui.engine.engine import (
     AskRequest,
     EnteredAdmission,
     checked_question,
+    conversation_of,
     recent_turns,
     sampling_for,
     sha256,
@@ -170,15 +171,7 @@ class RemoteEngine:
 
     # --- steps -------------------------------------------------------------------------
     async def _conversation(self, request: AskRequest) -> Conversation:
-        if request.history is not None:
-            turns = [
-                StoredTurn(t.question, t.answer, [sha256(b) for b in t.images])
-                for t in request.history
-            ]
-            return Conversation("", request.tenant, request.owner, turns)
-        if request.conversation_id:
-            return await self.conversations.get(request.owner, request.conversation_id)
-        return Conversation(new_id(), request.tenant, request.owner)
+        return await conversation_of(self.conversations, request)
 
     async def _check(
         self, blobs: Sequence[bytes], out: list[image_checks.CheckedImage]

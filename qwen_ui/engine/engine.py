@@ -268,6 +268,7 @@ class Engine:
         )
         self.metrics = metrics or EngineMetrics()
         self.admission = admission
+        self._text_only: dict[str, bool] = {}  # per snapshot id: answers without images
         self.placement = placement(settings)
         self._served: ServedModel | None = None
         self._served_lock = asyncio.Lock()
@@ -373,12 +374,15 @@ class Engine:
         """A fact of the model: ``qwen_ui.json`` beside its weights may say
         ``{"answers_without_images": false}`` (the demo model); production Qwen models can."""
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
-        facts = Path(snapshot.path) / MODEL_FACTS
-        try:
-            text = await asyncio.to_thread(facts.read_text, encoding="utf-8")
-        except FileNotFoundError:
-            return True
-        return bool(json.loads(text).get("answers_without_images", True))
+        if snapshot.id not in self._text_only:  # a snapshot is immutable: read it once
+            facts = Path(snapshot.path) / MODEL_FACTS
+            try:
+                text = await asyncio.to_thread(facts.read_text, encoding="utf-8")
+            except FileNotFoundError:
+                text = "{}"
+            answers = bool(json.loads(text).get("answers_without_images", True))
+            self._text_only[snapshot.id] = answers
+        return self._text_only[snapshot.id]
 
     async def _decode(
         self,

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.engine.conftest import png
-from tests.support.browser import chromium, log_in_page
 from tests.support.server import ServerProcess, tiny_model_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
@@ -27,22 +26,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = tiny_model_server(tmp_path_factory, max_new_tokens=2000)
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
-    context = browser.new_context(locale="en-US", viewport={"width": 1200, "height": 1100})
-    tab = context.new_page()
-    log_in_page(tab, server)
-    tab.wait_for_selector("#qwen-question textarea")
-    yield tab
-    context.close()
 
 
 def attach(page: Page, folder: Path, n: int, extra: list[Path] | None = None) -> None:

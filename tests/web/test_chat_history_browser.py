@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, Page
 
 from qwen_ui.auth import tenants as tenants_file
 from tests.support import auth
-from tests.support.browser import chromium, log_in_page
+from tests.support.browser import log_in_page
 from tests.support.server import ServerProcess, tiny_model_server
 from tests.web.test_chat_conversation_browser import attach, chat_text, send, wait_text
 
@@ -29,12 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tenants_file.save(path, current.model_copy(update={"tenants": {"demo": bob}}))
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
 
 
 def open_page(browser: Browser, server: ServerProcess, user: str = "demo") -> Page:

@@ -130,6 +130,17 @@ class Settings(BaseSettings):
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "
         "MLP's gate/up (Qwen2-VL, Qwen2.5-VL), seven kernel calls per layer become four.",
     )
+    max_batch: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Most requests the worker answers at once (continuous batching): "
+        "newcomers join the running batch between decode steps, their images encoded and "
+        "their prompts prefilled together, and each decode step is one forward call over "
+        "the batch's shared KV cache. 1 = one request at a time through the single-request "
+        "decode loop, the only one decode_mode, compile_decode and prefill_graph_rows "
+        "apply to.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,

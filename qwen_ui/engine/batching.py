@@ -1,0 +1,314 @@
+"""Continuous batching on the worker thread: the requests being answered decode together.
+
+:class:`Batch` is the worker's scheduler (:class:`~qwen_ui.engine.worker.Worker` calls
+:meth:`Batch.step` between jobs). Newcomers wait in :meth:`Batch.enter` until a step
+boundary; there, as many as there are free slots are prepared together (the engine's
+``prepare``: their images encoded in one call, their prompts built), prefilled together
+(one padded pass when they allow it) and copied into the batch's slots of the
+:class:`~qwen_ui.engine.slots.SlotCache`; then one decode step runs over every running
+sequence in one forward call. A sequence leaves when it meets a stop token, its token cap
+or its cancellation, or fails, and its slot is reused at the next boundary. The running
+sequences stall for at most one boundary's prefill.
+
+Everything a request's decoding owns lives in its :class:`Sequence`: its positions and
+multimodal rope offset, its sampling options and ``torch.Generator``, its stop tokens and
+cancellation, its callbacks. A sequence decoded in a batch yields the tokens it yields
+alone (``tests/engine/test_batching.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+from transformers import PreTrainedModel
+
+from qwen_ui.engine.generate import (
+    Outcome,
+    Prompt,
+    SamplingOptions,
+    cache_length,
+    prompt_positions,
+    sample_on_device,
+)
+from qwen_ui.engine.prefill import language_model
+from qwen_ui.engine.slots import SlotCache, step_mask
+
+log = logging.getLogger(__name__)
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) per decoder layer
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request's decoding state in the batch."""
+
+    prompt: Prompt
+    options: SamplingOptions
+    stop_ids: frozenset[int]
+    on_token: Callable[[int], None]
+    on_finish: Callable[[Outcome], None]
+    on_error: Callable[[BaseException], None]
+    cancelled: Callable[[], bool]
+    tokens: list[int] = field(default_factory=list)
+    rope_delta: int = 0
+    length: int = 0  # positions in the cache (the prompt and the tokens fed back)
+    last: int = -1  # the token the next step is fed
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        seed = self.options.seed
+        if seed is not None:
+            self.generator = torch.Generator(device=self.prompt.input_ids.device)
+            self.generator.manual_seed(seed)
+
+    @property
+    def needed(self) -> int:
+        """The cache positions this sequence may fill."""
+        return self.prompt.length + self.options.max_new_tokens
+
+    def accept(self, token: int) -> Outcome | None:
+        """Take the next token: the outcome when the sequence ends with it, else None."""
+        if token in self.stop_ids:
+            return Outcome(self.tokens, "stop")
+        self.tokens.append(token)
+        self.on_token(token)
+        if len(self.tokens) >= self.options.max_new_tokens:
+            return Outcome(self.tokens, "length")
+        if self.cancelled():
+            return Outcome(self.tokens, "cancelled")
+        self.last = token
+        return None
+
+
+class Entrant(Protocol):
+    """A request waiting to join, as the engine hands it over."""
+
+    def cancelled(self) -> bool: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
+E = TypeVar("E", bound=Entrant)
+
+
+class Batch(Generic[E]):
+    """The running sequences and the newcomers, stepped by the worker thread only.
+
+    ``prepare(entrants)`` turns newcomers into sequences (it fails or ends the ones it
+    cannot, itself); ``model_of()`` is the language model (loaded by then); at most
+    ``limit`` sequences run at once; an idle batch keeps its cache up to ``keep_bytes``."""
+
+    def __init__(
+        self,
+        limit: int,
+        prepare: Callable[[list[E]], list[Sequence]],
+        model_of: Callable[[], PreTrainedModel],
+        keep_bytes: int = 0,
+    ) -> None:
+        self.limit = limit
+        self.prepare = prepare
+        self.model_of = model_of
+        self.keep_bytes = keep_bytes
+        self.cache = SlotCache(limit)
+        self.waiting: list[E] = []
+        self.running: list[Sequence] = []  # in slot order
+
+    # --- the worker's view ----------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def room(self) -> int:
+        """How many more newcomers the next boundary can take."""
+        return self.limit - len(self.running) - len(self.waiting)
+
+    def enter(self, entrant: E) -> None:
+        self.waiting.append(entrant)
+
+    def step(self) -> None:
+        """One step boundary: admit the newcomers that fit, then one decode step."""
+        if self.waiting:
+            self._admit()
+        self._drop_cancelled()
+        if self.running:
+            self._guarded(self.running, self._decode)
+        if not self.busy and self.cache.nbytes > self.keep_bytes:
+            self.cache.clear()
+
+    # --- joining --------------------------------------------------------------------------
+    def _admit(self) -> None:
+        free = self.limit - len(self.running)
+        entrants, self.waiting = self.waiting[:free], self.waiting[free:]
+        try:
+            sequences = self.prepare(entrants)
+        except Exception as exc:  # the engine's own failures are handled inside prepare
+            log.exception("preparing %d newcomers failed", len(entrants))
+            for entrant in entrants:
+                entrant.fail(exc)
+            return
+        if sequences:
+            self._guarded(sequences, lambda: self._prefill(sequences))
+
+    @torch.inference_mode()
+    def _prefill(self, sequences: list[Sequence]) -> None:
+        model = self.model_of()
+        parts = _prefill_groups(model, sequences)
+        needed = max(s.needed for s in [*self.running, *sequences])
+        self.cache.ensure(len(self.running) + len(sequences), needed, parts[0][1])
+        firsts: list[torch.Tensor] = []
+        for group, kv, logits in parts:
+            for row, seq in enumerate(group):
+                self.cache.write(len(self.running), kv, row, seq.prompt.length)
+                seq.length = seq.prompt.length
+                self.running.append(seq)
+            firsts.append(_pick(group, logits))
+        tokens = torch.cat(firsts).tolist()
+        self._deliver([seq for group, _, _ in parts for seq in group], tokens)
+
+    # --- decoding -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _decode(self) -> None:
+        model = self.model_of()
+        seqs = list(self.running)
+        device = model.device
+        positions = torch.tensor([s.length for s in seqs], device=device)
+        rope = torch.tensor([s.length + s.rope_delta for s in seqs], device=device)
+        ids = torch.tensor([[s.last] for s in seqs], device=device)
+        kv_len = min(self.cache.length, cache_length(max(s.length for s in seqs) + 1))
+        out = model(
+            input_ids=ids,
+            position_ids=rope.view(1, -1, 1).expand(3, -1, 1),
+            cache=self.cache.step_cache(positions, kv_len),
+            attention_mask=step_mask(positions, kv_len),
+            use_cache=True,
+        )
+        for seq in seqs:
+            seq.length += 1
+        tokens = _pick(seqs, out.logits[:, -1, :]).tolist()
+        self._deliver(seqs, tokens)
+
+    def _deliver(self, seqs: list[Sequence], tokens: list[int]) -> None:
+        """Each sequence's token; the ones that end leave the batch."""
+        for seq, token in zip(seqs, tokens, strict=True):
+            try:
+                outcome = seq.accept(int(token))
+            except Exception as exc:  # its own callback failed: only it ends
+                self._leave(seq)
+                seq.on_error(exc)
+                continue
+            if outcome is not None:
+                self._leave(seq)
+                seq.on_finish(outcome)
+
+    def _drop_cancelled(self) -> None:
+        for seq in [s for s in self.running if s.cancelled()]:
+            self._leave(seq)
+            seq.on_finish(Outcome(seq.tokens, "cancelled"))
+
+    def _leave(self, seq: Sequence) -> None:
+        """Free ``seq``'s slot: the last running sequence moves into it."""
+        slot = self.running.index(seq)
+        last = self.running.pop()
+        if last is not seq:
+            self.cache.move(len(self.running), slot, last.length)
+            self.running[slot] = last
+
+    def _guarded(self, seqs: list[Sequence], work: Callable[[], None]) -> None:
+        """Run ``work``; if it fails, the sequences it concerned fail with its error (the
+        others keep running)."""
+        try:
+            work()
+        except Exception as exc:
+            log.exception("a batch step failed for %d sequences", len(seqs))
+            for seq in list(seqs):
+                if seq in self.running:
+                    self._leave(seq)
+                seq.on_error(exc)
+
+
+def _prefill_groups(
+    model: PreTrainedModel, sequences: list[Sequence]
+) -> list[tuple[list[Sequence], KV, torch.Tensor]]:
+    """The newcomers' prefills: one padded pass for those that allow it, the model's own
+    forward for a lone newcomer or one with Qwen3-VL's deepstack features."""
+    alone = [s for s in sequences if s.prompt.deepstack]
+    together = [s for s in sequences if not s.prompt.deepstack]
+    if len(together) == 1:
+        alone, together = [*together, *alone], []
+    parts = [([s], *prefill_one(model, s)) for s in alone]
+    if together:
+        parts.append((together, *prefill_together(model, together)))
+    return parts
+
+
+@torch.inference_mode()
+def prefill_one(model: PreTrainedModel, seq: Sequence) -> tuple[KV, torch.Tensor]:
+    """One prompt through the model's forward (as :class:`Generation` prefills): its
+    keys and values per layer, and its last position's logits ``[1, vocab]``."""
+    prompt = seq.prompt
+    positions, seq.rope_delta = prompt_positions(model, prompt)
+    kwargs: dict[str, Any] = {}
+    if prompt.image_features:
+        kwargs["mm_encoder_outputs"] = {"image": prompt.encoder_outputs(model.device)}
+        kwargs["image_grid_thw"] = prompt.image_grid_thw
+        kwargs["mm_token_type_ids"] = prompt.mm_token_type_ids
+    out = model(
+        input_ids=prompt.input_ids,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        **kwargs,
+    )
+    return _layers(out.cache), out.logits[:, -1, :]
+
+
+@torch.inference_mode()
+def prefill_together(model: PreTrainedModel, seqs: list[Sequence]) -> tuple[KV, torch.Tensor]:
+    """Several prompts in one pass, padded on the right to the longest (attention is
+    causal: a row never sees its padding); logits ``[n, vocab]`` of each last position."""
+    language: Any = language_model(model)
+    rows = max(s.prompt.length for s in seqs)
+    embeds: list[torch.Tensor] = []
+    positions = torch.zeros((3, len(seqs), rows), dtype=torch.long, device=model.device)
+    for row, seq in enumerate(seqs):
+        emb = prompt_embeddings(language, seq.prompt)
+        embeds.append(torch.nn.functional.pad(emb[0], (0, 0, 0, rows - seq.prompt.length)))
+        pos, seq.rope_delta = prompt_positions(model, seq.prompt)
+        positions[:, row, : seq.prompt.length] = pos[:, 0]
+    out = language(inputs_embeds=torch.stack(embeds), position_ids=positions, use_cache=True)
+    last = torch.tensor([s.prompt.length - 1 for s in seqs], device=model.device)
+    hidden = out.last_hidden_state[torch.arange(len(seqs), device=model.device), last]
+    return _layers(out.cache), model.lm_head(hidden)
+
+
+def prompt_embeddings(language: Any, prompt: Prompt) -> torch.Tensor:
+    """The prompt's input embeddings ``[1, L, hidden]``: the token table's rows, with the
+    image features in place of the image tokens (as the model's own forward scatters them)."""
+    embeds = language.embed_tokens(prompt.input_ids)
+    if not prompt.image_features:
+        return embeds  # type: ignore[no-any-return]
+    features = torch.cat(prompt.image_features).to(embeds.device, embeds.dtype)
+    image = (prompt.mm_token_type_ids == 1).to(embeds.device).unsqueeze(-1)
+    return embeds.masked_scatter(image, features)  # type: ignore[no-any-return]
+
+
+def _layers(cache: Any) -> KV:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _pick(seqs: Seq[Sequence], logits: torch.Tensor) -> torch.Tensor:
+    """Each row's next token ``[rows]``: the argmax, or a draw from the row's own generator."""
+    tokens = torch.argmax(logits, dim=-1)
+    for row, seq in enumerate(seqs):
+        o = seq.options
+        if not o.greedy:
+            tokens[row] = sample_on_device(
+                logits[row : row + 1].float(), o.temperature, o.top_p, seq.generator
+            )[0]
+    return tokens

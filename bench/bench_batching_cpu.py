@@ -1,0 +1,154 @@
+"""Continuous batching on the CPU: N clients asking at once against one client, through
+``Engine.ask`` on a tiny random Qwen2.5-VL architecture (AWQ layout), in one process.
+
+    python bench/bench_batching_cpu.py [--clients 1,8] [--new-tokens 32] [--rounds 3]
+
+Each configuration runs ``--rounds`` times after one warm-up question: N clients arrive
+together, each with one image of its own (``--size``) and its own question; figures per
+configuration: aggregate tok/s (every new token of every client over the wall time from
+the arrival to the last client's ``done``; the median round), and time to first token
+p50/max. ``serial`` rows run the same N clients through ``max_batch=1`` (one request at
+a time, today's single-request loop) for comparison. The ratio compares N clients with
+one client at the default ``max_batch``. Prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+from _checkpoints import DirStore, arch_checkpoint
+from PIL import Image
+
+from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
+from qwen_ui.engine.events import Done, Token
+from qwen_ui.settings import Settings
+from qwen_ui.state import MemoryState
+
+QUESTIONS = [
+    "Describe the picture.",
+    "What colours are there?",
+    "How many shapes are in the image?",
+    "Where is the largest object?",
+    "What is in the top left corner?",
+    "Is there a circle in the picture?",
+    "Describe each object and its colour.",
+    "What is the background like?",
+]
+
+
+def image(i: int, size: int) -> bytes:
+    noise = Image.effect_noise((size, size), 40 + i).convert("RGB")
+    buf = io.BytesIO()
+    noise.save(buf, "PNG")
+    return buf.getvalue()
+
+
+async def client(engine: Engine, i: int, size: int, new_tokens: int) -> dict[str, float]:
+    request = AskRequest(
+        "bench",
+        QUESTIONS[i % len(QUESTIONS)],
+        [image(i, size)],
+        options=AskOptions(max_new_tokens=new_tokens),
+    )
+    start = time.perf_counter()
+    first = 0.0
+    async for event in engine.ask(request):
+        if isinstance(event, Token) and not first:
+            first = time.perf_counter() - start
+        if isinstance(event, Done):
+            return {"tokens": event.completion_tokens, "ttft": first}
+    raise RuntimeError("no answer")
+
+
+async def round_of(engine: Engine, n: int, size: int, new_tokens: int, seed: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    runs = await asyncio.gather(
+        *(client(engine, seed * 100 + i, size, new_tokens) for i in range(n))
+    )
+    wall = time.perf_counter() - start
+    tokens = sum(r["tokens"] for r in runs)
+    ttfts = sorted(r["ttft"] for r in runs)
+    return {
+        "tok_s": tokens / wall,
+        "tokens": tokens,
+        "wall_s": wall,
+        "ttft_p50_s": statistics.median(ttfts),
+        "ttft_max_s": ttfts[-1],
+    }
+
+
+async def configuration(
+    checkpoint: Path, home: Path, n: int, max_batch: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    settings = Settings(
+        home=home,
+        device="cpu",
+        max_batch=max_batch,
+        max_new_tokens=args.new_tokens,
+        embed_cache_bytes=0,
+    )
+    engine = Engine(settings, DirStore(checkpoint), MemoryState())
+    engine.start()
+    try:
+        await client(engine, 10_000, args.size, 4)  # loads the model
+        rounds = [
+            await round_of(engine, n, args.size, args.new_tokens, r) for r in range(args.rounds)
+        ]
+    finally:
+        await engine.close()
+    best = sorted(rounds, key=lambda r: r["tok_s"])[len(rounds) // 2]
+    return {"clients": n, "max_batch": max_batch, **{k: round(v, 4) for k, v in best.items()}}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    name, checkpoint = arch_checkpoint(args.workdir, "tiny")
+    home = Path(tempfile.mkdtemp(prefix="bench-batching-"))
+    counts = [int(c) for c in args.clients.split(",")]
+    rows = []
+    for n in counts:
+        rows.append(await configuration(checkpoint, home / f"b{n}", n, args.max_batch, args))
+        if n > 1 and args.serial:
+            rows.append(await configuration(checkpoint, home / f"s{n}", n, 1, args))
+    one = next((r for r in rows if r["clients"] == 1), None)
+    for row in rows:
+        if one is not None:
+            row["ratio_vs_one_client"] = round(row["tok_s"] / one["tok_s"], 2)
+    return {
+        "arch": name,
+        "torch_threads": torch.get_num_threads(),
+        "new_tokens": args.new_tokens,
+        "image_px": args.size,
+        "rows": rows,
+    }
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", default="1,8")
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--size", type=int, default=224, help="image side in pixels")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--serial", action="store_true", help="also N clients at max_batch=1")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(parse())), indent=2))

@@ -151,7 +151,9 @@ class Settings(BaseSettings):
     compile_decode: bool = Field(
         False,
         description="With a static cache on CUDA, run the decode step through torch.compile "
-        "(mode='reduce-overhead', CUDA graphs); ignored on the CPU.",
+        "(mode='reduce-overhead', CUDA graphs); with max_batch > 1, replay the batch's "
+        "decode step from CUDA graphs recorded per batch-size bucket (1, 2, 4, 8, ...; the "
+        "first step at a size records it). Ignored on the CPU.",
     )
     prefill_graph_rows: int = Field(
         0,

@@ -27,6 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import torch
 from transformers import PreTrainedModel
 
+from qwen_ui.engine.decode_graphs import DecodeGraphs
 from qwen_ui.engine.generate import (
     Outcome,
     Prompt,
@@ -101,7 +102,10 @@ class Batch(Generic[E]):
 
     ``prepare(entrants)`` turns newcomers into sequences (it fails or ends the ones it
     cannot, itself); ``model_of()`` is the language model (loaded by then); at most
-    ``limit`` sequences run at once; an idle batch keeps its cache up to ``keep_bytes``."""
+    ``limit`` sequences run at once; an idle batch keeps its cache up to ``keep_bytes``.
+    With ``graphs``, decode steps on CUDA replay CUDA graphs recorded per batch-size
+    bucket (:class:`~qwen_ui.engine.decode_graphs.DecodeGraphs`), and the cache holds
+    ``limit`` slots from the start (growing it records them again)."""
 
     def __init__(
         self,
@@ -109,12 +113,15 @@ class Batch(Generic[E]):
         prepare: Callable[[list[E]], list[Sequence]],
         model_of: Callable[[], PreTrainedModel],
         keep_bytes: int = 0,
+        graphs: bool = False,
     ) -> None:
         self.limit = limit
         self.prepare = prepare
         self.model_of = model_of
         self.keep_bytes = keep_bytes
+        self.graphs = graphs
         self.cache = SlotCache(limit)
+        self._graphs: DecodeGraphs | None = None
         self.waiting: list[E] = []
         self.running: list[Sequence] = []  # in slot order
 
@@ -160,7 +167,8 @@ class Batch(Generic[E]):
         model = self.model_of()
         parts = _prefill_groups(model, sequences)
         needed = max(s.needed for s in [*self.running, *sequences])
-        self.cache.ensure(len(self.running) + len(sequences), needed, parts[0][1])
+        rows = self.limit if self._graphed(model) else len(self.running) + len(sequences)
+        self.cache.ensure(rows, needed, parts[0][1])
         firsts: list[torch.Tensor] = []
         for group, kv, logits in parts:
             for row, seq in enumerate(group):
@@ -176,6 +184,28 @@ class Batch(Generic[E]):
     def _decode(self) -> None:
         model = self.model_of()
         seqs = list(self.running)
+        step = self._replayed if self._graphed(model) else self._eager
+        logits = step(model, seqs)
+        for seq in seqs:
+            seq.length += 1
+        tokens = _pick(seqs, logits).tolist()
+        self._deliver(seqs, tokens)
+
+    def _graphed(self, model: PreTrainedModel) -> bool:
+        return self.graphs and model.device.type == "cuda"
+
+    def _replayed(self, model: PreTrainedModel, seqs: list[Sequence]) -> torch.Tensor:
+        if self._graphs is None or self._graphs.model is not model:
+            self._graphs = DecodeGraphs(model, self.cache)
+        return self._graphs.logits(
+            [s.last for s in seqs],
+            [s.length for s in seqs],
+            [s.length + s.rope_delta for s in seqs],
+        )
+
+    def _eager(self, model: PreTrainedModel, seqs: list[Sequence]) -> torch.Tensor:
+        """The step as one forward call over the running slots, attending over the
+        positions the longest of them needs (rounded up to the cache's buckets)."""
         device = model.device
         positions = torch.tensor([s.length for s in seqs], device=device)
         rope = torch.tensor([s.length + s.rope_delta for s in seqs], device=device)
@@ -188,10 +218,7 @@ class Batch(Generic[E]):
             attention_mask=step_mask(positions, kv_len),
             use_cache=True,
         )
-        for seq in seqs:
-            seq.length += 1
-        tokens = _pick(seqs, out.logits[:, -1, :]).tolist()
-        self._deliver(seqs, tokens)
+        return out.logits[:, -1, :]  # type: ignore[no-any-return]
 
     def _deliver(self, seqs: list[Sequence], tokens: list[int]) -> None:
         """Each sequence's token; the ones that end leave the batch."""

@@ -260,6 +260,7 @@ class Engine:
                 self._prepare,
                 lambda: self.pipelines.language().model,
                 settings.static_cache_pool_bytes,
+                graphs=settings.compile_decode,
             )
         self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None

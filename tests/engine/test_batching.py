@@ -286,3 +286,21 @@ def test_the_slot_cache_grows_keeping_what_it_holds_and_moves_slots() -> None:
     assert cache.nbytes == 2 * 4 * 2 * 512 * 3 * 4
     cache.clear()
     assert cache.slots == 0 and cache.nbytes == 0
+
+
+def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step :class:`DecodeGraphs` records (fixed buffers, padding rows up to the
+    bucket, attention over the cache's whole length), run without recording on the CPU:
+    three sequences pad to a bucket of four; as they leave, two, then one."""
+    clients = greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]
+    batch = batch_for(loaded)
+    monkeypatch.setattr(batch, "_graphed", lambda _model: True)
+    for client in clients:
+        batch.enter(client)
+    drain(batch)
+    assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
+    assert not batch._graphs.record  # the CPU: the same pass, not captured
+    for client in clients:
+        assert client.outcome == expect_alone(loaded, client)

@@ -1,7 +1,8 @@
-"""Continuous batching on the CPU: N clients asking at once against one client, through
-``Engine.ask`` on a tiny random Qwen2.5-VL architecture (AWQ layout), in one process.
+"""Continuous batching: N clients asking at once against one client, through
+``Engine.ask`` on a random Qwen2.5-VL architecture (AWQ layout), in one process.
 
-    python bench/bench_batching_cpu.py [--clients 1,8] [--new-tokens 32] [--rounds 3]
+    python bench/bench_batching.py [--clients 1,8] [--new-tokens 128] [--rounds 3]   # CPU, tiny
+    python bench/bench_batching.py --device cuda --arch 7b --layers 8 --depth 8 --size 896
 
 Each configuration runs ``--rounds`` times after one warm-up question: N clients arrive
 together, each with one image of its own (``--size``) and its own question; figures per
@@ -9,7 +10,9 @@ configuration: aggregate tok/s (every new token of every client over the wall ti
 the arrival to the last client's ``done``; the median round), and time to first token
 p50/max. ``serial`` rows run the same N clients through ``max_batch=1`` (one request at
 a time, today's single-request loop) for comparison. The ratio compares N clients with
-one client at the default ``max_batch``. Prints one JSON document on stdout.
+one client at the default ``max_batch``. On CUDA the decode steps replay CUDA graphs
+(``compile_decode``) and the peak allocated memory is reported. Prints one JSON document
+on stdout.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import DirStore, arch_checkpoint
+from _checkpoints import ARCH, DirStore, arch_checkpoint
 from PIL import Image
 
 from qwen_ui.engine.engine import AskOptions, AskRequest, Engine
@@ -93,13 +96,21 @@ async def round_of(engine: Engine, n: int, size: int, new_tokens: int, seed: int
 async def configuration(
     checkpoint: Path, home: Path, n: int, max_batch: int, args: argparse.Namespace
 ) -> dict[str, Any]:
+    cuda = args.device == "cuda"
     settings = Settings(
         home=home,
-        device="cpu",
+        device=args.device,
         max_batch=max_batch,
         max_new_tokens=args.new_tokens,
         embed_cache_bytes=0,
+        compile_decode=cuda,
+        # max_batch=1 on CUDA: the single-request fast path (static cache, compiled decode,
+        # prefill graphs), for comparison
+        decode_mode="static" if cuda and max_batch == 1 else "eager",
+        prefill_graph_rows=4096 if cuda and max_batch == 1 else 0,
     )
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     engine = Engine(settings, DirStore(checkpoint), MemoryState())
     engine.start()
     try:
@@ -110,13 +121,16 @@ async def configuration(
     finally:
         await engine.close()
     best = sorted(rounds, key=lambda r: r["tok_s"])[len(rounds) // 2]
-    return {"clients": n, "max_batch": max_batch, **{k: round(v, 4) for k, v in best.items()}}
+    row = {"clients": n, "max_batch": max_batch, **{k: round(v, 4) for k, v in best.items()}}
+    if args.device == "cuda":
+        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 1024**3, 3)
+    return row
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
-    name, checkpoint = arch_checkpoint(args.workdir, "tiny")
+    name, checkpoint = arch_checkpoint(args.workdir, args.arch, args.layers, args.depth)
     home = Path(tempfile.mkdtemp(prefix="bench-batching-"))
     counts = [int(c) for c in args.clients.split(",")]
     rows = []
@@ -130,6 +144,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             row["ratio_vs_one_client"] = round(row["tok_s"] / one["tok_s"], 2)
     return {
         "arch": name,
+        "device": args.device,
         "torch_threads": torch.get_num_threads(),
         "new_tokens": args.new_tokens,
         "image_px": args.size,
@@ -140,7 +155,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", default="1,8")
-    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--arch", choices=sorted(ARCH), default="tiny")
+    p.add_argument("--layers", type=int, default=None, help="decoder layers (default: arch's)")
+    p.add_argument("--depth", type=int, default=None, help="vision blocks (default: arch's)")
+    p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--size", type=int, default=224, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=8)

@@ -7,9 +7,11 @@
 Each configuration runs ``--rounds`` times after one warm-up question: N clients arrive
 together, each with one image of its own (``--size``) and its own question; figures per
 configuration: aggregate tok/s (every new token of every client over the wall time from
-the arrival to the last client's ``done``; the median round), and time to first token
-p50/max. ``serial`` rows run the same N clients through ``max_batch=1`` (one request at
-a time, today's single-request loop) for comparison. The ratio compares N clients with
+the arrival to the last client's ``done``; the median round), aggregate decode tok/s
+(the tokens after each client's first, from the first client's first token to the last
+client's ``done``), and time to first token p50/max. ``serial`` rows run the same N
+clients through ``max_batch=1`` (one request at a time, the single-request loop; on CUDA
+its fast path) for comparison. The ratio compares N clients with
 one client at the default ``max_batch``. On CUDA the decode steps replay CUDA graphs
 (``compile_decode``) and the peak allocated memory is reported. Prints one JSON document
 on stdout.
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import io
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -70,9 +73,11 @@ async def client(engine: Engine, i: int, size: int, new_tokens: int) -> dict[str
     first = 0.0
     async for event in engine.ask(request):
         if isinstance(event, Token) and not first:
-            first = time.perf_counter() - start
+            first = time.perf_counter()
         if isinstance(event, Done):
-            return {"tokens": event.completion_tokens, "ttft": first}
+            end = time.perf_counter()
+            count = event.completion_tokens
+            return {"tokens": count, "ttft": first - start, "first": first, "end": end}
     raise RuntimeError("no answer")
 
 
@@ -84,8 +89,10 @@ async def round_of(engine: Engine, n: int, size: int, new_tokens: int, seed: int
     wall = time.perf_counter() - start
     tokens = sum(r["tokens"] for r in runs)
     ttfts = sorted(r["ttft"] for r in runs)
+    decoding = max(r["end"] for r in runs) - min(r["first"] for r in runs)
     return {
         "tok_s": tokens / wall,
+        "decode_tok_s": (tokens - n) / decoding,
         "tokens": tokens,
         "wall_s": wall,
         "ttft_p50_s": statistics.median(ttfts),
@@ -104,6 +111,7 @@ async def configuration(
         max_new_tokens=args.new_tokens,
         embed_cache_bytes=0,
         compile_decode=cuda,
+        prefill_dequant_rows=args.prefill_dequant_rows,
         # max_batch=1 on CUDA: the single-request fast path (static cache, compiled decode,
         # prefill graphs), for comparison
         decode_mode="static" if cuda and max_batch == 1 else "eager",
@@ -160,6 +168,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=None, help="decoder layers (default: arch's)")
     p.add_argument("--depth", type=int, default=None, help="vision blocks (default: arch's)")
     p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument(
+        "--prefill-dequant-rows", type=int, default=256, help="AWQ: see the setting (0 = off)"
+    )
     p.add_argument("--size", type=int, default=224, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=8)
@@ -170,4 +181,6 @@ def parse() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("qwen_ui.engine.decode_graphs").setLevel(logging.INFO)
     print(json.dumps(asyncio.run(main(parse())), indent=2))

@@ -101,8 +101,9 @@ class DecodeGraphs:
         return Recorded(step.ids, step.positions, step.rope, lambda: self._forward(step))
 
     def _capture(self, step: Recorded) -> Recorded:
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        """The first graph gets a private memory pool, which the later ones share (a
+        pool from ``torch.cuda.graph_pool_handle()`` failed an allocator assertion at
+        the first capture on the H200 with torch 2.11)."""
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # allocates and warms up outside the capture
@@ -111,6 +112,8 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             logits = self._forward(step)
+        if self._pool is None:
+            self._pool = graph.pool()
 
         def replay() -> torch.Tensor:
             graph.replay()

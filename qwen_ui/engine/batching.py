@@ -72,18 +72,34 @@ class Sequence:
         """The cache positions this sequence may fill."""
         return self.prompt.length + self.options.max_new_tokens
 
-    def accept(self, token: int) -> Outcome | None:
-        """Take the next token: the outcome when the sequence ends with it, else None."""
+    def decide(self, token: int) -> Outcome | None:
+        """Take the next token (its callbacks come later, :class:`Delivery`): the outcome
+        when the sequence ends with it, else None."""
         if token in self.stop_ids:
             return Outcome(self.tokens, "stop")
         self.tokens.append(token)
-        self.on_token(token)
+        self.last = token
         if len(self.tokens) >= self.options.max_new_tokens:
             return Outcome(self.tokens, "length")
         if self.cancelled():
             return Outcome(self.tokens, "cancelled")
-        self.last = token
         return None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a sequence's callbacks are yet to hear: a token (None: a stop token, not
+    reported) and, when it ended with it, its outcome."""
+
+    seq: Sequence
+    token: int | None
+    outcome: Outcome | None
+
+    def deliver(self) -> None:
+        if self.token is not None:
+            self.seq.on_token(self.token)
+        if self.outcome is not None:
+            self.seq.on_finish(self.outcome)
 
 
 class Entrant(Protocol):
@@ -95,6 +111,7 @@ class Entrant(Protocol):
 
 
 E = TypeVar("E", bound=Entrant)
+T = TypeVar("T")
 
 
 class Batch(Generic[E]):
@@ -124,11 +141,12 @@ class Batch(Generic[E]):
         self._graphs: DecodeGraphs | None = None
         self.waiting: list[E] = []
         self.running: list[Sequence] = []  # in slot order
+        self._deliveries: list[Delivery] = []  # the last step's, reported during the next
 
     # --- the worker's view ----------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self._deliveries)
 
     @property
     def room(self) -> int:
@@ -138,13 +156,20 @@ class Batch(Generic[E]):
     def enter(self, entrant: E) -> None:
         self.waiting.append(entrant)
 
+    @torch.inference_mode()
     def step(self) -> None:
-        """One step boundary: admit the newcomers that fit, then one decode step."""
+        """One step boundary: admit the newcomers that fit, then one decode step. The
+        step is launched before the previous step's tokens are reported (detokenized and
+        sent), so on CUDA that host work overlaps the device's; the host then waits for
+        the step's tokens and decides who ends."""
         if self.waiting:
             self._admit()
         self._drop_cancelled()
-        if self.running:
-            self._guarded(self.running, self._decode)
+        launched = self._guarded(list(self.running), self._launch) if self.running else None
+        self._report()
+        if launched is not None:
+            seqs, tokens = launched
+            self._guarded(seqs, lambda: self._settle(seqs, tokens))
         if not self.busy and self.cache.nbytes > self.keep_bytes:
             self.cache.clear()
 
@@ -176,20 +201,33 @@ class Batch(Generic[E]):
                 seq.length = seq.prompt.length
                 self.running.append(seq)
             firsts.append(_pick(group, logits))
-        tokens = torch.cat(firsts).tolist()
-        self._deliver([seq for group, _, _ in parts for seq in group], tokens)
+        self._settle([seq for group, _, _ in parts for seq in group], torch.cat(firsts))
+        self._report()  # the first tokens at once
 
     # --- decoding -------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self) -> None:
+    def _launch(self) -> tuple[list[Sequence], torch.Tensor]:
+        """Queue a decode step over the running sequences; their next tokens, on the
+        device."""
         model = self.model_of()
         seqs = list(self.running)
         step = self._replayed if self._graphed(model) else self._eager
-        logits = step(model, seqs)
-        for seq in seqs:
+        tokens = _pick(seqs, step(model, seqs))
+        for seq in seqs:  # the step wrote each one's key and value
             seq.length += 1
-        tokens = _pick(seqs, logits).tolist()
-        self._deliver(seqs, tokens)
+        return seqs, tokens
+
+    def _settle(self, seqs: list[Sequence], tokens: torch.Tensor) -> None:
+        """Wait for a step's tokens; each sequence still running takes its own, and the
+        ones that end with it leave the batch (their callbacks hear it at :meth:`_report`)."""
+        for seq, token in zip(seqs, tokens.tolist(), strict=True):
+            if seq not in self.running:  # it failed while the step ran
+                continue
+            outcome = seq.decide(int(token))
+            stopped = outcome is not None and outcome.finish_reason == "stop"
+            self._deliveries.append(Delivery(seq, None if stopped else int(token), outcome))
+            if outcome is not None:
+                self._leave(seq)
 
     def _graphed(self, model: PreTrainedModel) -> bool:
         return self.graphs and model.device.type == "cuda"
@@ -220,43 +258,48 @@ class Batch(Generic[E]):
         )
         return out.logits[:, -1, :]  # type: ignore[no-any-return]
 
-    def _deliver(self, seqs: list[Sequence], tokens: list[int]) -> None:
-        """Each sequence's token; the ones that end leave the batch."""
-        for seq, token in zip(seqs, tokens, strict=True):
+    def _report(self) -> None:
+        """The callbacks of the tokens decided so far; a sequence whose callback fails
+        ends alone (leaving the batch even while a step it is in runs)."""
+        deliveries, self._deliveries = self._deliveries, []
+        for delivery in deliveries:
+            seq = delivery.seq
             try:
-                outcome = seq.accept(int(token))
-            except Exception as exc:  # its own callback failed: only it ends
-                self._leave(seq)
+                delivery.deliver()
+            except Exception as exc:
+                if seq in self.running:
+                    self._leave(seq)
+                self._deliveries = [d for d in self._deliveries if d.seq is not seq]
                 seq.on_error(exc)
-                continue
-            if outcome is not None:
-                self._leave(seq)
-                seq.on_finish(outcome)
 
     def _drop_cancelled(self) -> None:
         for seq in [s for s in self.running if s.cancelled()]:
             self._leave(seq)
-            seq.on_finish(Outcome(seq.tokens, "cancelled"))
+            self._deliveries.append(Delivery(seq, None, Outcome(seq.tokens, "cancelled")))
 
     def _leave(self, seq: Sequence) -> None:
-        """Free ``seq``'s slot: the last running sequence moves into it."""
+        """Free ``seq``'s slot: the last running sequence moves into it (all its
+        positions: a step in flight may be writing the next one)."""
         slot = self.running.index(seq)
         last = self.running.pop()
         if last is not seq:
-            self.cache.move(len(self.running), slot, last.length)
+            self.cache.move(len(self.running), slot, self.cache.length)
             self.running[slot] = last
 
-    def _guarded(self, seqs: list[Sequence], work: Callable[[], None]) -> None:
-        """Run ``work``; if it fails, the sequences it concerned fail with its error (the
-        others keep running)."""
+    def _guarded(self, seqs: list[Sequence], work: Callable[[], T]) -> T | None:
+        """``work()``; if it fails, the sequences it concerned fail with its error (the
+        others keep running) and None is returned."""
         try:
-            work()
+            return work()
         except Exception as exc:
             log.exception("a batch step failed for %d sequences", len(seqs))
-            for seq in list(seqs):
+            failed = set(map(id, seqs))
+            self._deliveries = [d for d in self._deliveries if id(d.seq) not in failed]
+            for seq in seqs:
                 if seq in self.running:
                     self._leave(seq)
                 seq.on_error(exc)
+            return None
 
 
 def _prefill_groups(

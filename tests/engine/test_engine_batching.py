@@ -61,13 +61,13 @@ def batch_sizes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of sequences in each decode step the engine's batch runs."""
     sizes: list[int] = []
     assert engine.batch is not None
-    real = Batch._decode
+    real = Batch._launch
 
-    def decode(batch: Batch[Any]) -> None:
+    def launch(batch: Batch[Any]) -> Any:
         sizes.append(len(batch.running))
-        real(batch)
+        return real(batch)
 
-    monkeypatch.setattr(engine.batch, "_decode", lambda: decode(engine.batch))  # type: ignore[arg-type]
+    monkeypatch.setattr(engine.batch, "_launch", lambda: launch(engine.batch))  # type: ignore[arg-type]
     return sizes
 
 

@@ -474,12 +474,16 @@ class Engine:
 
     async def _tell_resident(self, admission: Admission) -> None:
         """Measure the weights on the worker between two jobs (no request's activations
-        are counted), once they are loaded (CUDA only)."""
+        are counted; nor the continuous batch's slot cache, whose sequences admission
+        holds reservations for), once they are loaded (CUDA only)."""
         if self._resident_told or self.placement.device != "cuda":
             return
         if not self.pipelines.is_loaded:
             return
-        job = self.worker.submit(lambda _job: int(torch.cuda.memory_allocated()))
+        batch = self.batch
+        job = self.worker.submit(
+            lambda _job: int(torch.cuda.memory_allocated()) - (batch.cache.nbytes if batch else 0)
+        )
         async for _ in job.events():
             pass
         self._resident_told = True

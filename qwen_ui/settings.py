@@ -141,6 +141,16 @@ class Settings(BaseSettings):
         "decode loop, the only one decode_mode, compile_decode and prefill_graph_rows "
         "apply to.",
     )
+    batch_prefill_tokens: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="With max_batch > 1: the most prompt positions (of all newcomers "
+        "together, padded to the longest) prefilled between two decode steps of the "
+        "running batch; a longer prefill continues at the next steps, so running answers "
+        "pause for at most that much prefill while newcomers wait longer for their first "
+        "token. 0 = each prefill in one pass.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,

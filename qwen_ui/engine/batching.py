@@ -22,26 +22,23 @@ import logging
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import torch
 from transformers import PreTrainedModel
 
+from qwen_ui.engine.batch_prefill import KV, Prefill, prefill_one
 from qwen_ui.engine.decode_graphs import DecodeGraphs
 from qwen_ui.engine.generate import (
     Outcome,
     Prompt,
     SamplingOptions,
     cache_length,
-    prompt_positions,
     sample_on_device,
 )
-from qwen_ui.engine.prefill import language_model
 from qwen_ui.engine.slots import SlotCache, step_mask
 
 log = logging.getLogger(__name__)
-
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) per decoder layer
 
 
 @dataclass(eq=False)
@@ -122,7 +119,9 @@ class Batch(Generic[E]):
     ``limit`` sequences run at once; an idle batch keeps its cache up to ``keep_bytes``.
     With ``graphs``, decode steps on CUDA replay CUDA graphs recorded per batch-size
     bucket (:class:`~qwen_ui.engine.decode_graphs.DecodeGraphs`), and the cache holds
-    ``limit`` slots from the start (growing it records them again)."""
+    ``limit`` slots from the start (growing it records them again). With
+    ``prefill_tokens``, newcomers prefilled together pass at most that many prompt
+    positions (all of them together) per step boundary, the rest at the next ones."""
 
     def __init__(
         self,
@@ -131,27 +130,31 @@ class Batch(Generic[E]):
         model_of: Callable[[], PreTrainedModel],
         keep_bytes: int = 0,
         graphs: bool = False,
+        prefill_tokens: int = 0,
     ) -> None:
         self.limit = limit
         self.prepare = prepare
         self.model_of = model_of
         self.keep_bytes = keep_bytes
         self.graphs = graphs
+        self.prefill_tokens = prefill_tokens
         self.cache = SlotCache(limit)
         self._graphs: DecodeGraphs | None = None
         self.waiting: list[E] = []
         self.running: list[Sequence] = []  # in slot order
         self._deliveries: list[Delivery] = []  # the last step's, reported during the next
+        self._prefilling: Prefill | None = None  # newcomers whose prefill goes on
 
     # --- the worker's view ----------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.running or self._deliveries)
+        return bool(self.waiting or self.running or self._deliveries or self._prefilling)
 
     @property
     def room(self) -> int:
         """How many more newcomers the next boundary can take."""
-        return self.limit - len(self.running) - len(self.waiting)
+        prefilling = len(self._prefilling.seqs) if self._prefilling else 0
+        return self.limit - len(self.running) - len(self.waiting) - prefilling
 
     def enter(self, entrant: E) -> None:
         self.waiting.append(entrant)
@@ -162,7 +165,9 @@ class Batch(Generic[E]):
         step is launched before the previous step's tokens are reported (detokenized and
         sent), so on CUDA that host work overlaps the device's; the host then waits for
         the step's tokens and decides who ends."""
-        if self.waiting:
+        if self._prefilling is not None:
+            self._guarded(self._prefilling.seqs, self._continue)
+        elif self.waiting:
             self._admit()
         self._drop_cancelled()
         launched = self._guarded(list(self.running), self._launch) if self.running else None
@@ -185,23 +190,41 @@ class Batch(Generic[E]):
                 entrant.fail(exc)
             return
         if sequences:
-            self._guarded(sequences, lambda: self._prefill(sequences))
+            self._guarded(sequences, lambda: self._start(sequences))
 
-    @torch.inference_mode()
-    def _prefill(self, sequences: list[Sequence]) -> None:
+    def _start(self, sequences: list[Sequence]) -> None:
+        """Prefill the newcomers: those with deepstack features alone, the others
+        together (their first chunk now, with ``prefill_tokens``)."""
         model = self.model_of()
-        parts = _prefill_groups(model, sequences)
-        needed = max(s.needed for s in [*self.running, *sequences])
-        rows = self.limit if self._graphed(model) else len(self.running) + len(sequences)
-        self.cache.ensure(rows, needed, parts[0][1])
-        firsts: list[torch.Tensor] = []
-        for group, kv, logits in parts:
-            for row, seq in enumerate(group):
-                self.cache.write(len(self.running), kv, row, seq.prompt.length)
-                seq.length = seq.prompt.length
-                self.running.append(seq)
-            firsts.append(_pick(group, logits))
-        self._settle([seq for group, _, _ in parts for seq in group], torch.cat(firsts))
+        for seq in [s for s in sequences if s.prompt.deepstack]:
+            self._install([seq], *prefill_one(model, seq))
+        together = [s for s in sequences if not s.prompt.deepstack]
+        if together:
+            self._prefilling = Prefill(model, together)
+            self._continue()
+
+    def _continue(self) -> None:
+        """The next chunk of the prefill under way; once complete, its sequences join."""
+        prefill, self._prefilling = self._prefilling, None
+        assert prefill is not None
+        columns = max(1, self.prefill_tokens // len(prefill.seqs)) if self.prefill_tokens else 0
+        prefill.advance(columns)
+        if prefill.complete:
+            self._install(prefill.seqs, prefill.kv, prefill.logits())
+        else:
+            self._prefilling = prefill
+
+    def _install(self, group: list[Sequence], kv: KV, logits: torch.Tensor) -> None:
+        """Prefilled sequences into slots of the cache; their first tokens reported."""
+        model = self.model_of()
+        needed = max(s.needed for s in [*self.running, *group])
+        rows = self.limit if self._graphed(model) else len(self.running) + len(group)
+        self.cache.ensure(rows, needed, kv)
+        for row, seq in enumerate(group):
+            self.cache.write(len(self.running), kv, row, seq.prompt.length)
+            seq.length = seq.prompt.length
+            self.running.append(seq)
+        self._settle(group, _pick(group, logits))
         self._report()  # the first tokens at once
 
     # --- decoding -------------------------------------------------------------------------
@@ -300,76 +323,6 @@ class Batch(Generic[E]):
                     self._leave(seq)
                 seq.on_error(exc)
             return None
-
-
-def _prefill_groups(
-    model: PreTrainedModel, sequences: list[Sequence]
-) -> list[tuple[list[Sequence], KV, torch.Tensor]]:
-    """The newcomers' prefills: one padded pass for those that allow it, the model's own
-    forward for a lone newcomer or one with Qwen3-VL's deepstack features."""
-    alone = [s for s in sequences if s.prompt.deepstack]
-    together = [s for s in sequences if not s.prompt.deepstack]
-    if len(together) == 1:
-        alone, together = [*together, *alone], []
-    parts = [([s], *prefill_one(model, s)) for s in alone]
-    if together:
-        parts.append((together, *prefill_together(model, together)))
-    return parts
-
-
-@torch.inference_mode()
-def prefill_one(model: PreTrainedModel, seq: Sequence) -> tuple[KV, torch.Tensor]:
-    """One prompt through the model's forward (as :class:`Generation` prefills): its
-    keys and values per layer, and its last position's logits ``[1, vocab]``."""
-    prompt = seq.prompt
-    positions, seq.rope_delta = prompt_positions(model, prompt)
-    kwargs: dict[str, Any] = {}
-    if prompt.image_features:
-        kwargs["mm_encoder_outputs"] = {"image": prompt.encoder_outputs(model.device)}
-        kwargs["image_grid_thw"] = prompt.image_grid_thw
-        kwargs["mm_token_type_ids"] = prompt.mm_token_type_ids
-    out = model(
-        input_ids=prompt.input_ids,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-        **kwargs,
-    )
-    return _layers(out.cache), out.logits[:, -1, :]
-
-
-@torch.inference_mode()
-def prefill_together(model: PreTrainedModel, seqs: list[Sequence]) -> tuple[KV, torch.Tensor]:
-    """Several prompts in one pass, padded on the right to the longest (attention is
-    causal: a row never sees its padding); logits ``[n, vocab]`` of each last position."""
-    language: Any = language_model(model)
-    rows = max(s.prompt.length for s in seqs)
-    embeds: list[torch.Tensor] = []
-    positions = torch.zeros((3, len(seqs), rows), dtype=torch.long, device=model.device)
-    for row, seq in enumerate(seqs):
-        emb = prompt_embeddings(language, seq.prompt)
-        embeds.append(torch.nn.functional.pad(emb[0], (0, 0, 0, rows - seq.prompt.length)))
-        pos, seq.rope_delta = prompt_positions(model, seq.prompt)
-        positions[:, row, : seq.prompt.length] = pos[:, 0]
-    out = language(inputs_embeds=torch.stack(embeds), position_ids=positions, use_cache=True)
-    last = torch.tensor([s.prompt.length - 1 for s in seqs], device=model.device)
-    hidden = out.last_hidden_state[torch.arange(len(seqs), device=model.device), last]
-    return _layers(out.cache), model.lm_head(hidden)
-
-
-def prompt_embeddings(language: Any, prompt: Prompt) -> torch.Tensor:
-    """The prompt's input embeddings ``[1, L, hidden]``: the token table's rows, with the
-    image features in place of the image tokens (as the model's own forward scatters them)."""
-    embeds = language.embed_tokens(prompt.input_ids)
-    if not prompt.image_features:
-        return embeds  # type: ignore[no-any-return]
-    features = torch.cat(prompt.image_features).to(embeds.device, embeds.dtype)
-    image = (prompt.mm_token_type_ids == 1).to(embeds.device).unsqueeze(-1)
-    return embeds.masked_scatter(image, features)  # type: ignore[no-any-return]
-
-
-def _layers(cache: Any) -> KV:
-    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def _pick(seqs: Seq[Sequence], logits: torch.Tensor) -> torch.Tensor:

@@ -261,6 +261,7 @@ class Engine:
                 lambda: self.pipelines.language().model,
                 settings.static_cache_pool_bytes,
                 graphs=settings.compile_decode,
+                prefill_tokens=settings.batch_prefill_tokens,
             )
         self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None

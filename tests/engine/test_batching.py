@@ -70,9 +70,10 @@ class Client:
         self.outcome = outcome
 
 
-def batch_for(loaded: Loaded, limit: int = 8) -> Batch[Client]:
+def batch_for(loaded: Loaded, limit: int = 8, prefill_tokens: int = 0) -> Batch[Client]:
     model = loaded.language.model
-    return Batch(limit, lambda clients: [c.make() for c in clients], lambda: model)
+    make = lambda clients: [c.make() for c in clients]  # noqa: E731
+    return Batch(limit, make, lambda: model, prefill_tokens=prefill_tokens)
 
 
 def drain(batch: Batch[Client], steps: int = 10_000) -> int:
@@ -305,4 +306,30 @@ def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
     assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
     assert not batch._graphs.record  # the CPU: the same pass, not captured
     for client in clients:
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_a_chunked_prefill_lets_the_running_sequences_decode_meanwhile(loaded: Loaded) -> None:
+    first, *later = greedy_clients(loaded, caps=[40, 8, 12, 6])
+    batch = batch_for(loaded, prefill_tokens=60)  # 20 positions per newcomer per step
+    batch.enter(first)
+    steps = 0
+    while not first.streamed:  # alone, 60 positions per step
+        batch.step()
+        steps += 1
+    assert steps == -(-first.prompt.length // 60)
+    for client in later:
+        batch.enter(client)
+    chunks = -(-max(c.prompt.length for c in later) // 20)
+    streamed = []
+    for _ in range(chunks - 1):
+        batch.step()
+        streamed.append(len(first.streamed))
+        assert batch._prefilling is not None and not batch._prefilling.complete
+    assert chunks > 2 and not any(c.streamed for c in later)
+    assert streamed == list(range(streamed[0], streamed[0] + chunks - 1))  # a token a step
+    batch.step()  # the last chunk: they join, their first tokens reported at once
+    assert batch._prefilling is None and all(c.sequence in batch.running for c in later)
+    drain(batch)
+    for client in [first, *later]:
         assert client.outcome == expect_alone(loaded, client)

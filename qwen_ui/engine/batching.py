@@ -4,11 +4,12 @@
 :meth:`Batch.step` between jobs). Newcomers wait in :meth:`Batch.enter` until a step
 boundary; there, as many as there are free slots are prepared together (the engine's
 ``prepare``: their images encoded in one call, their prompts built), prefilled together
-(one padded pass when they allow it) and copied into the batch's slots of the
-:class:`~qwen_ui.engine.slots.SlotCache`; then one decode step runs over every running
-sequence in one forward call. A sequence leaves when it meets a stop token, its token cap
-or its cancellation, or fails, and its slot is reused at the next boundary. The running
-sequences stall for at most one boundary's prefill.
+(:mod:`qwen_ui.engine.batch_prefill`: one padded pass, or a chunk of it per boundary)
+and copied into the batch's slots of the :class:`~qwen_ui.engine.slots.SlotCache`; then
+one decode step runs over every running sequence in one forward call. A step's tokens
+reach their callbacks while the next step runs. A sequence leaves when it meets a stop
+token, its token cap or its cancellation, or fails, and its slot is reused at the next
+boundary. The running sequences stall for at most one boundary's prefill (chunk).
 
 Everything a request's decoding owns lives in its :class:`Sequence`: its positions and
 multimodal rope offset, its sampling options and ``torch.Generator``, its stop tokens and

@@ -35,6 +35,7 @@ from qwen_ui.engine.errors import AnswerFailed
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
 from qwen_ui.engine.generate import SamplingOptions
 from qwen_ui.engine.metrics import EngineMetrics
+from qwen_ui.engine.pipelines import VISION_ID
 from qwen_ui.engine.remote_client import (
     RemoteClient,
     RemoteHealth,
@@ -148,7 +149,8 @@ class RemoteEngine:
                 async for event in waiting:
                     yield event
                 yield Stage.at("sending")
-                body = await self._body(request, history, question, checked, sampling)
+                total = len(conversation.images) + len(checked)
+                body = await self._body(request, history, question, checked, sampling, total)
                 yield Stage.at("waiting")
                 async with aclosing(self._stream(body, sampling, answer)) as stream:
                     async for event in stream:
@@ -196,17 +198,22 @@ class RemoteEngine:
         question: str,
         checked: list[image_checks.CheckedImage],
         sampling: SamplingOptions,
+        total: int,
     ) -> dict[str, Any]:
+        """The chat-completions body; ``total``: the conversation's images, new ones too."""
         messages: list[dict[str, Any]] = []
+        # images are labelled with their number in the conversation, as the local engine does
+        number = total - len(checked) - sum(len(turn.images) for turn in history) + 1
         for turn in history:
             past = [await self._past_image(request, sha) for sha in turn.images]
             images = [
                 await asyncio.to_thread(image_checks.decode, data, i + 1, self.limits)
                 for i, data in enumerate(past)
             ]
-            messages.append(await self._user(turn.question, images))
+            messages.append(await self._user(turn.question, images, number))
             messages.append({"role": "assistant", "content": turn.answer})
-        messages.append(await self._user(question, checked))
+            number += len(images)
+        messages.append(await self._user(question, checked, number))
         body: dict[str, Any] = {
             "model": self.settings.remote_model,
             "messages": messages,
@@ -220,11 +227,14 @@ class RemoteEngine:
             body["seed"] = sampling.seed
         return body
 
-    async def _user(self, text: str, images: Sequence[image_checks.CheckedImage]) -> dict[str, Any]:
+    async def _user(
+        self, text: str, images: Sequence[image_checks.CheckedImage], first: int
+    ) -> dict[str, Any]:
         s = self.settings
         parts: list[dict[str, Any]] = []
-        for image in images:
+        for i, image in enumerate(images):
             url = await asyncio.to_thread(data_url, image, s.min_pixels, s.max_pixels)
+            parts.append({"type": "text", "text": VISION_ID.format(number=first + i)})
             parts.append(
                 {
                     "type": "image_url",

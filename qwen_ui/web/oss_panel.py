@@ -30,7 +30,7 @@ from qwen_ui.auth.oss_objects import ObjectPage
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import services_of
 from qwen_ui.web.auth import session_from_gradio
-from qwen_ui.web.i18n import Lang, negotiate
+from qwen_ui.web.i18n import Lang, negotiate, t
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +38,13 @@ PAGE_SIZE = 50
 STALE_S = 3600
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
-OSS_TEXT: dict[str, dict[Lang, str]] = {
-    "panel": {"en": "Images in your OSS folder", "zh": "您的 OSS 目录中的图片"},
-    "folder": {"en": "Folder (inside your prefix)", "zh": "目录（位于您的前缀内）"},
-    "open": {"en": "Open folder", "zh": "打开目录"},
-    "more": {"en": "Next page", "zh": "下一页"},
-    "objects": {"en": "Objects", "zh": "对象"},
-    "attach": {"en": "Attach to question", "zh": "添加到问题"},
-    "empty": {"en": "No objects here.", "zh": "此处没有对象。"},
-    "folders": {"en": "Sub-folders", "zh": "子目录"},
-}
-
 
 def _lang(request: gr.Request) -> Lang:
     return negotiate(request.headers.get("accept-language"))
 
 
 def _tr(key: str, lang: Lang) -> str:
-    return OSS_TEXT[key][lang]
+    return t(f"oss_{key}", lang)
 
 
 def _upload_dir() -> Path:

@@ -178,14 +178,19 @@ class Exchange:
         title = {"title": t("working", lang), "status": "pending"}
         stage = {"role": "assistant", "content": "", "metadata": title}
         reply: dict[str, Any] = {"role": "assistant", "content": ""}
-        chat += [stage, reply]
+        chat.append(stage)  # the answer's own message joins with its first text
         return cls(app, lang, text, files, chat, conversation_id, stage, reply)
+
+    @property
+    def shown(self) -> Messages:
+        """The chat with the answer's message once it has text (no empty bubble)."""
+        return [*self.chat, self.reply] if self.reply["content"] else self.chat
 
     def asked(self) -> ChatView:
         """The question is in the chat: the box is emptied (it stays usable for typing the
         next question) and Stop takes the Send button's place."""
         box = gr.update(value=None, submit_btn=False)
-        return ChatView(self.chat, box, progress_html(0.0), self.conversation_id, gr.update())
+        return ChatView(self.shown, box, progress_html(0.0), self.conversation_id, gr.update())
 
     async def run(
         self, request: gr.Request, control: Callable[[], str | None]
@@ -239,7 +244,7 @@ class Exchange:
     def progressed(self, event: Event) -> ChatView:
         status = gr.update() if isinstance(event, Token) else status_markdown(self.app, self.lang)
         progress = progress_html(float(getattr(event, "progress", 0.0)))
-        return ChatView(self.chat, gr.update(), progress, self.conversation_id, status)
+        return ChatView(self.shown, gr.update(), progress, self.conversation_id, status)
 
     def ended(self, wanted: str | None) -> ChatView:
         """Stopped, or the page asked for a new conversation."""
@@ -247,13 +252,13 @@ class Exchange:
         if wanted == "reset":
             return ChatView([], idle_box(value=None), progress_html(0.0), None, status)
         box = _kept_input(None, self.files, self.attached)
-        chat = _stopped(self.chat, self.lang)
+        chat = _stopped(self.shown, self.lang)
         return ChatView(chat, box, progress_html(0.0), self.conversation_id, status)
 
     def failed(self) -> ChatView:
         """A refused or failed turn: the chat keeps the images only when the conversation
         holds them; the question goes back into the box with any images not taken."""
-        chat = self.chat
+        chat = self.shown
         if not self.attached and self.files:
             chat = [m for m in chat if not _is_image(m) or _path_of(m["content"]) not in self.files]
         box = _kept_input(self.text, self.files, self.attached)

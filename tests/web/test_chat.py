@@ -71,6 +71,17 @@ async def run(
     return [copy.deepcopy(u) async for u in updates]
 
 
+def stage_of(chat: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(m for m in reversed(chat) if m.get("metadata"))
+
+
+def reply_of(chat: list[dict[str, Any]]) -> str:
+    """The answer's text: the last message when it is an assistant's without metadata."""
+    last = chat[-1] if chat else {}
+    plain = last.get("role") == "assistant" and not last.get("metadata")
+    return str(last["content"]) if plain else ""
+
+
 async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_path: Path) -> None:
     files = image_files(tmp_path, 2)
     updates = await run(chat_app, {"text": "What shape?", "files": files})
@@ -88,11 +99,12 @@ async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_pat
     assert "• Decoding image 1/2" in stage["content"]
     assert "• Encoding image 2/2" in stage["content"] and "• Answering" in stage["content"]
     assert conversation
-    titles = [u.chat[-2]["metadata"]["title"] for u in updates]
+    titles = [stage_of(u.chat)["metadata"]["title"] for u in updates]
     assert "Loading the model" in titles and "Answering" in titles
-    pending = [u.chat[-2]["metadata"]["status"] for u in updates[:-1]]
+    pending = [stage_of(u.chat)["metadata"]["status"] for u in updates[:-1]]
     assert set(pending) == {"pending"}
-    texts = [u.chat[-1]["content"] for u in updates]
+    texts = [reply_of(u.chat) for u in updates]
+    assert texts[0] == ""  # no empty answer bubble before the first text
     assert len({t for t in texts if t}) > 1  # the answer grew token by token
     assert texts[-1] == reply["content"]
     assert 'aria-valuenow="100"' in updates[-1].progress
@@ -218,7 +230,7 @@ async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[Cha
     updates = []
     async for update in answer(app, message, [], None, "en", user, controls):  # type: ignore[arg-type]
         updates.append(copy.deepcopy(update))
-        if isinstance(update.chat, list) and update.chat and update.chat[-1]["content"]:
+        if isinstance(update.chat, list) and reply_of(update.chat):
             controls.request("s1", what)  # the answer is streaming: press the button
     assert controls.running == set() and controls.requested == {}
     return updates

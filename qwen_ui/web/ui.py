@@ -324,7 +324,7 @@ class Handlers:
     async def on_delete(
         self, conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
     ) -> dict[Any, Any]:
-        self.controls.request(str(request.session_hash), "reset")
+        self.controls.request(session_of(request), "reset")
         await forget(self.app, conversation_id, shown, request)
         return await self.showing(request, current, "")
 
@@ -402,10 +402,10 @@ class Handlers:
             yield self.page.of(view)
 
     def on_stop(self, request: gr.Request) -> None:
-        self.controls.request(str(request.session_hash), "stop")
+        self.controls.request(session_of(request), "stop")
 
     def on_new_chat(self, request: gr.Request) -> dict[Any, Any]:
-        if self.controls.request(str(request.session_hash), "reset"):
+        if self.controls.request(session_of(request), "reset"):
             return {}  # the running answer resets the page itself
         page = self.page
         return {

@@ -132,3 +132,20 @@ async def test_labels_are_counted_in_the_request_shape(labelled: Engine) -> None
     assert with_labels > served.text_tokens([plain])
     shape = await labelled.shape(AskRequest("demo", "Q1"), [(64, 48), (64, 48)])
     assert shape.text_tokens == with_labels
+
+
+async def test_a_stateless_request_numbers_its_turns_images_from_one(
+    labelled: Engine, prompts: list[str]
+) -> None:
+    from qwen_ui.engine.engine import PastTurn
+    from qwen_ui.engine.events import Stage
+
+    request = AskRequest("demo", "Q2", [BLUE], history=[PastTurn("Q1", "A1", [RED])])
+    events = await collect(labelled, request)
+    assert isinstance(events[-1], Done)
+    encoding = [
+        (e.index, e.total) for e in events if isinstance(e, Stage) and e.stage == "encoding"
+    ]
+    assert encoding == [(1, 2), (2, 2)]
+    assert prompts[0].index("Picture 1: ") < prompts[0].index("Q1")
+    assert prompts[0].index("A1") < prompts[0].index("Picture 2: ") < prompts[0].index("Q2")

@@ -346,7 +346,6 @@ class Handlers:
 
     async def on_retry(
         self,
-        data: gr.RetryData,
         history: Messages | None,
         conversation_id: str | None,
         current: Lang,

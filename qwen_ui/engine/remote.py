@@ -35,7 +35,6 @@ from qwen_ui.engine.errors import AnswerFailed
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
 from qwen_ui.engine.generate import SamplingOptions
 from qwen_ui.engine.metrics import EngineMetrics
-from qwen_ui.engine.pipelines import VISION_ID
 from qwen_ui.engine.remote_client import (
     RemoteClient,
     RemoteHealth,
@@ -149,8 +148,7 @@ class RemoteEngine:
                 async for event in waiting:
                     yield event
                 yield Stage.at("sending")
-                total = len(conversation.images) + len(checked)
-                body = await self._body(request, history, question, checked, sampling, total)
+                body = await self._body(request, history, question, checked, sampling)
                 yield Stage.at("waiting")
                 async with aclosing(self._stream(body, sampling, answer)) as stream:
                     async for event in stream:
@@ -198,22 +196,20 @@ class RemoteEngine:
         question: str,
         checked: list[image_checks.CheckedImage],
         sampling: SamplingOptions,
-        total: int,
     ) -> dict[str, Any]:
-        """The chat-completions body; ``total``: the conversation's images, new ones too."""
+        # images go unlabelled ("Picture n: " is the local engine's): the remote's own chat
+        # template decides, and an OpenAI-compatible server may fold text parts into the
+        # question (qwen-ui's own /v1 does)
         messages: list[dict[str, Any]] = []
-        # images are labelled with their number in the conversation, as the local engine does
-        number = total - len(checked) - sum(len(turn.images) for turn in history) + 1
         for turn in history:
             past = [await self._past_image(request, sha) for sha in turn.images]
             images = [
                 await asyncio.to_thread(image_checks.decode, data, i + 1, self.limits)
                 for i, data in enumerate(past)
             ]
-            messages.append(await self._user(turn.question, images, number))
+            messages.append(await self._user(turn.question, images))
             messages.append({"role": "assistant", "content": turn.answer})
-            number += len(images)
-        messages.append(await self._user(question, checked, number))
+        messages.append(await self._user(question, checked))
         body: dict[str, Any] = {
             "model": self.settings.remote_model,
             "messages": messages,
@@ -227,14 +223,11 @@ class RemoteEngine:
             body["seed"] = sampling.seed
         return body
 
-    async def _user(
-        self, text: str, images: Sequence[image_checks.CheckedImage], first: int
-    ) -> dict[str, Any]:
+    async def _user(self, text: str, images: Sequence[image_checks.CheckedImage]) -> dict[str, Any]:
         s = self.settings
         parts: list[dict[str, Any]] = []
-        for i, image in enumerate(images):
+        for image in images:
             url = await asyncio.to_thread(data_url, image, s.min_pixels, s.max_pixels)
-            parts.append({"type": "text", "text": VISION_ID.format(number=first + i)})
             parts.append(
                 {
                     "type": "image_url",

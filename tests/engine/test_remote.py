@@ -79,8 +79,7 @@ async def test_streams_stages_tokens_and_usage(tmp_path: Path) -> None:
     assert body["model"] == MODEL and body["stream"] is True
     assert (body["max_tokens"], body["top_p"], body["seed"]) == (7, 0.9, 5)
     assert body["stream_options"] == {"include_usage": True}
-    label, part = body["messages"][0]["content"][:2]
-    assert label == {"type": "text", "text": "Picture 1: "}  # its number in the conversation
+    part = body["messages"][0]["content"][0]
     assert (part["min_pixels"], part["max_pixels"]) == (56 * 56, 112 * 112)
     image = decoded(part["image_url"]["url"])
     assert image.size == fit_size(400, 300, 56 * 56, 112 * 112)
@@ -100,8 +99,7 @@ async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: 
     assert isinstance(later, Done) and later.images_seen == 1  # the first turn's image
     messages = fake.bodies[1]["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
-    assert [p["type"] for p in messages[0]["content"]] == ["text", "image_url", "text"]
-    assert messages[0]["content"][0]["text"] == "Picture 1: "
+    assert messages[0]["content"][0]["type"] == "image_url"
     assert messages[1]["content"] == "There are 3 circles."
     assert messages[2]["content"] == [{"type": "text", "text": "And red?"}]
     # stateless history (the /v1 API): sent along, nothing stored
@@ -110,7 +108,7 @@ async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: 
     assert isinstance(end, Done) and end.conversation_id == "" and end.images_seen == 1
     alone = (await collect(engine, AskRequest("demo", "Hello?")))[-1]
     assert isinstance(alone, Done) and alone.images_seen == 0
-    assert fake.bodies[2]["messages"][0]["content"][1]["type"] == "image_url"
+    assert fake.bodies[2]["messages"][0]["content"][0]["type"] == "image_url"
     await engine.close()
 
 

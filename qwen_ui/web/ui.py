@@ -29,6 +29,7 @@ from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import maybe_services, services_of
 from qwen_ui.settings import Settings
+from qwen_ui.web.a11y import a11y_js
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.history import (
@@ -41,6 +42,7 @@ from qwen_ui.web.history import (
 )
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.oss_panel import build_oss_panel
+from qwen_ui.web.scope import declared_scope
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,8 @@ def progress_html(fraction: float, label: str = "") -> str:
     percent = max(0.0, min(100.0, fraction * 100))
     return (
         f'<div class="qwen-progress" role="progressbar" aria-valuenow="{percent:.0f}" '
-        f'aria-valuemin="0" aria-valuemax="100" title="{label}" style="{_BAR}">'
+        f'aria-valuemin="0" aria-valuemax="100" aria-label="{html.escape(label or "Progress")}" '
+        f'title="{html.escape(label)}" style="{_BAR}">'
         f'<div class="qwen-progress-fill" style="width:{percent:.1f}%;{_FILL}"></div></div>'
     )
 
@@ -180,7 +183,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             )
             new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
         build_oss_panel(app, blocks, question)
-        example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
+        example_sets = _examples_and_scope(settings, question)
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
         texts += [demo_note]
         texts += [example_sets.get(code, gr.Column(visible=False)) for code in LANGS]
@@ -337,6 +340,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
             on_rename, [conversation, title_box, lang], listed, api_visibility="private"
         )
         blocks.load(None, None, None, js=counter_js(settings))  # the browser counts
+        blocks.load(None, None, None, js=a11y_js())  # names and alt texts, in the page's language
         blocks.load(
             on_load,
             [lang, conversation],
@@ -629,19 +633,30 @@ def _path_of(item: Any) -> str:
     return str(getattr(item, "path", item))
 
 
-def _demo_examples(settings: Any, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
-    """One block of example prompts and images per language (the demo's own grammar);
-    the language switch shows the matching one."""
+def _examples_and_scope(settings: Settings, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
+    """One block per language, shown with the page in that language: the scope the model
+    declares (:mod:`qwen_ui.web.scope`) and, for the demo model, example prompts and
+    images from its grammar. Empty when the model has neither."""
+    scope = declared_scope(settings)
+    if scope is None and not settings.is_demo_model:
+        return {}
     blocks: dict[str, gr.Column] = {}
     for code in LANGS:
         with gr.Column(visible=code == "en", elem_id=f"qwen-examples-{code}") as column:
-            found = demo_examples(settings.home / "examples", code)
-            gr.Examples(
-                [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
-                inputs=[question],
-                label=t("examples", code),
-                examples_per_page=len(found),
-            )
+            if scope is not None:
+                gr.Markdown(
+                    f"**{t('scope', code)}:** {scope[code]}",
+                    elem_id=f"qwen-scope-{code}",
+                    elem_classes="qwen-scope",
+                )
+            if settings.is_demo_model:
+                found = demo_examples(settings.home / "examples", code)
+                gr.Examples(
+                    [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
+                    inputs=[question],
+                    label=t("examples", code),
+                    examples_per_page=len(found),
+                )
         blocks[code] = column
     return blocks
 

@@ -40,6 +40,9 @@ def build() -> gr.themes.Base:
         # labels: indigo 700 on indigo 100 is 6.4:1 (indigo 500 was 3.6:1)
         block_label_text_color="*primary_700",
         block_title_text_color="*primary_700",
+        # placeholders: slate 500 on white is 4.8:1 (slate 400 was 2.6:1)
+        input_placeholder_color="*neutral_500",
+        input_placeholder_color_dark="*neutral_400",
         block_info_text_color="*neutral_600",
         block_info_text_color_dark="*neutral_400",
         # white on indigo 600 is 6.3:1 (on indigo 500 it was 4.5 by a hair short)

@@ -148,12 +148,16 @@ def build_oss_panel(app: FastAPI, blocks: gr.Blocks, question: gr.MultimodalText
         visible = await panel_visible(app, request)
         return gr.update(visible=visible, label=_tr("panel", _lang(request)))
 
-    async def on_page(folder_name: str, token: str | None, request: gr.Request) -> tuple[Any, ...]:
+    async def on_page(folder_name: str, token: str | None, request: gr.Request) -> dict[Any, Any]:
         page, text = await list_page(app, folder_name, token, request)
-        more_update = gr.update(interactive=page.next_cursor is not None)
-        return gr.update(choices=_choices(page), value=[]), page.next_cursor, more_update, text
+        return {
+            listing: gr.update(choices=_choices(page), value=[]),
+            cursor: page.next_cursor,
+            more: gr.update(interactive=page.next_cursor is not None),
+            note: text,
+        }
 
-    async def on_open(folder_name: str, request: gr.Request) -> tuple[Any, ...]:
+    async def on_open(folder_name: str, request: gr.Request) -> dict[Any, Any]:
         return await on_page(folder_name, None, request)
 
     async def on_attach(

@@ -1,4 +1,4 @@
-"""The login page and the chat page in Debian's chromium, checked by axe-core (vendored,
+"""The login, logout and chat pages in Debian's chromium, checked by axe-core (vendored,
 injected) in light and dark, on a desktop and a phone; the phone's first screen and tap
 targets; names and alt texts in the page's language; the model's scope beside the
 examples; the README's screenshot."""
@@ -247,6 +247,18 @@ def test_names_and_alt_texts_follow_the_page_language(chat_tab: Tab) -> None:
     assert three[2].startswith("第 3 张图片（共 3 张），demo-")
     assert [alt.split("，")[0] for alt in chinese["chat"]] == ["图片 1", "图片 2", "图片 3"]
     assert chinese["unnamed"] == []
+
+
+@pytest.mark.parametrize("chat_tab", [("phone", "dark")], indirect=True, ids=["phone-dark"])
+def test_chinese_page_and_logout_page_have_no_serious_violations(
+    chat_tab: Tab, server: ServerProcess, artifacts: Path
+) -> None:
+    page = chat_tab.page
+    _pick_chinese(page)
+    assert_no_serious_violations(page, artifacts, "chat-zh-phone-dark")
+    page.goto(server.url + "/logout")
+    page.wait_for_selector("form button[type=submit]")
+    assert_no_serious_violations(page, artifacts, "logout-phone-dark")
 
 
 @pytest.mark.parametrize("chat_tab", [("desktop", "light")], indirect=True, ids=["desktop"])

@@ -8,14 +8,15 @@
   const gradioNames = {
     "Toggle Sidebar": "label_sidebar", "Upload a file": "label_attach",
     "Submit": "label_send", "Clear": "label_clear", "Copy message": "label_copy",
-    "Copied message": "label_copied", "Copy": "label_copy", "Copied": "label_copied",
-    "Fullscreen": "label_fullscreen", "Exit fullscreen": "label_exit_fullscreen",
-    "Exit full screen": "label_exit_fullscreen", "Download": "label_download",
-    "Share": "label_share", "Close": "label_close", "Remove": "label_remove",
-    "chatbot conversation": "chat", "Multimedia input field": "question",
-    "清除": "label_clear", "复制": "label_copy", "复制消息": "label_copy", "全屏": "label_fullscreen",
-    "退出全屏": "label_exit_fullscreen", "下载": "label_download", "分享": "label_share",
-    "清空对话": "label_clear", "上传文件": "label_attach", "提交": "label_send", "关闭": "label_close", "移除": "label_remove",
+    "Copied message": "label_copied", "Fullscreen": "label_fullscreen",
+    "Exit fullscreen": "label_exit_fullscreen", "Exit full screen": "label_exit_fullscreen",
+    "Download": "label_download", "Share": "label_share", "Close": "label_close",
+    "Remove": "label_remove", "chatbot conversation": "chat",
+    "Multimedia input field": "question",
+    "清除": "label_clear", "清空对话": "label_clear", "复制消息": "label_copy",
+    "全屏": "label_fullscreen", "退出全屏": "label_exit_fullscreen", "下载": "label_download",
+    "分享": "label_share", "上传文件": "label_attach", "提交": "label_send",
+    "关闭": "label_close", "移除": "label_remove",
   };
   const fixed = [  // [selector, key]: found by place, whatever Gradio calls them
     [".toggle-button", "label_sidebar"],

@@ -81,7 +81,7 @@ TEXT: dict[str, dict[Lang, str]] = {
         "en": "image {number} of {total}, {name}",
         "zh": "第 {number} 张图片（共 {total} 张），{name}",
     },
-    "scope": {"en": "What this model understands", "zh": "这个模型能听懂什么"},
+    "scope": {"en": "This model", "zh": "这个模型"},  # "This model: understands …"
     # names of Gradio's icon buttons, in the page's language (qwen_ui/web/static/a11y.js)
     "label_sidebar": {"en": "Show or hide the conversations", "zh": "显示或隐藏对话记录"},
     "label_attach": {"en": "Attach images", "zh": "添加图片"},

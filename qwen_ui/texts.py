@@ -108,6 +108,8 @@ TEXT: dict[str, dict[Lang, str]] = {
     "label_share": {"en": "Share", "zh": "分享"},
     "label_close": {"en": "Close", "zh": "关闭"},
     "label_remove": {"en": "Remove", "zh": "移除"},
+    "label_retry": {"en": "Answer again", "zh": "重新回答"},
+    "label_edit": {"en": "Edit the question", "zh": "修改问题"},
     # --- the login and logout pages -------------------------------------------------
     "login_page_title": {"en": "Log in · qwen-ui", "zh": "登录 · qwen-ui"},
     "login_heading": {"en": "Log in", "zh": "登录"},

@@ -52,6 +52,7 @@ from qwen_ui.engine.errors import (
 )
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
 from qwen_ui.engine.facts import ServedModel, placement, read_model
+from qwen_ui.engine.fastpath import fast_path
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -270,6 +271,7 @@ class Engine:
         self.admission = admission
         self._text_only: dict[str, bool] = {}  # per snapshot id: answers without images
         self.placement = placement(settings)
+        self.fast_path = fast_path(settings, self.placement.device)  # 'auto' resolved
         self._served: ServedModel | None = None
         self._served_lock = asyncio.Lock()
         self._resident_told = False
@@ -285,7 +287,8 @@ class Engine:
         self.worker.start()
 
     async def preload(self) -> None:
-        """Load both pipelines now (``QWEN_UI_PRELOAD=1``); failures land in the status."""
+        """Load both pipelines now (:func:`qwen_ui.engine.warmup.start_up` calls this at
+        start-up, then warms up); failures land in the status."""
         job = self.worker.submit(lambda _job: self.pipelines.load())
         try:
             async for _ in job.events():
@@ -733,10 +736,10 @@ class Decoder:
 
     @classmethod
     def build(cls, model: PreTrainedModel, settings: Settings) -> Decoder:
-        cuda = model.device.type == "cuda"
-        step = compiled_step(model) if cuda and settings.compile_decode else None
-        rows = settings.prefill_graph_rows
-        graphs = PrefillGraphs(model, rows) if cuda and rows > 0 else None
+        path = fast_path(settings, model.device.type)
+        step = compiled_step(model) if path.compile_decode else None
+        rows = path.prefill_graph_rows
+        graphs = PrefillGraphs(model, rows) if rows > 0 else None
         return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 

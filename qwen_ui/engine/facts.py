@@ -18,7 +18,8 @@ import torch
 from transformers import AutoConfig, AutoProcessor
 
 from qwen_ui.engine.awq import awq_settings
-from qwen_ui.engine.generate import CACHE_BUCKET, decode_mode_for
+from qwen_ui.engine.fastpath import fast_path
+from qwen_ui.engine.generate import CACHE_BUCKET
 from qwen_ui.engine.pipelines import Turn, compute_dtype, messages, pick_device, pixel_bounds
 from qwen_ui.engine.prefill_graphs import bucket_rows
 from qwen_ui.engine.shapes import (
@@ -38,14 +39,14 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
     """Where the engine runs (``device``: instead of the settings' choice) and what it
     keeps between requests there."""
     device = device or pick_device(settings.device)
-    static = decode_mode_for(settings.decode_mode, device.type) == "static"
-    rows = settings.prefill_graph_rows
-    graphs = static and device.type == "cuda" and rows > 0
+    path = fast_path(settings, device.type)
+    static = path.decode_mode == "static"
+    rows = path.prefill_graph_rows
     return Placement(
         device=device.type,
         static_decode=static,
         cache_bucket=CACHE_BUCKET if static else 0,
-        graph_rows=bucket_rows(rows) if graphs else 0,
+        graph_rows=bucket_rows(rows) if rows else 0,
     )
 
 

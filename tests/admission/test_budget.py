@@ -56,7 +56,7 @@ def test_recorded_prefills_are_kept_out_of_the_budget(tmp_path: Path) -> None:
     assert reserve == staging + prefill_peak(RequestShape(text_tokens=4032), shape)
     assert request_budget(on, placement(on, CUDA), 8 * GiB, 0, shape) == 32 * GiB - reserve
     assert request_budget(on, placement(on, CUDA), 8 * GiB, 0) == 32 * GiB  # shape unknown
-    off = settings(tmp_path, vram_budget=40 * GiB, decode_mode="auto")
+    off = settings(tmp_path, vram_budget=40 * GiB, decode_mode="auto", prefill_graph_rows=0)
     assert graph_reserve(placement(off, CUDA), shape) == 0
     assert graph_reserve(placement(on, CPU), shape) == 0  # never recorded on the CPU
     eager = settings(tmp_path, decode_mode="eager", prefill_graph_rows=4000)

@@ -85,6 +85,7 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
         where.cache_bucket,
         settings.prefill_dequant_rows,
         settings.fuse_projections,
+        where.graph_rows,
     )
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     facts = ModelFacts(snapshot_id, shape, geometry_of(image_processor, low, high), weights)
@@ -172,6 +173,7 @@ def model_shape(
     cache_bucket: int = 0,
     dequant_rows: int = 0,
     fused_projections: bool = False,
+    graph_rows: int = 0,
 ) -> ModelShape:
     text = text_shape(config)
     awq = awq_settings(config) is not None  # as the engine's loader decides
@@ -185,4 +187,6 @@ def model_shape(
         cache_bucket=cache_bucket,
         dequant_rows=dequant_rows if awq else 0,
         fused_projections=fused_projections and awq,
+        graph_rows=graph_rows,
+        device=device,
     )

@@ -74,6 +74,10 @@ class ModelShape:
     # (settings.prefill_dequant_rows; 0 = never)
     dequant_rows: int = 0
     fused_projections: bool = False  # settings.fuse_projections: gate/up is one int4 layer
+    # prompts of up to this many tokens replay a recorded prefill, whose transients live in
+    # a pool kept out of the request budget (settings.prefill_graph_rows; 0 = none)
+    graph_rows: int = 0
+    device: str = "cuda"  # where the model runs ("cuda" or "cpu")
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -4,6 +4,7 @@ allocator's measured peak of real requests through the engine (tiny random model
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,16 @@ from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
 from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
-from qwen_ui.admission.estimate import DEQUANT_WORK, WORKSPACE_BYTES, RequestShape, estimate
+from qwen_ui.admission.estimate import (
+    DEQUANT_WORK,
+    DEQUANT_WORK_CUDA,
+    WORKSPACE_BYTES,
+    RequestShape,
+    batch_peak,
+    batch_total,
+    cache_positions,
+    estimate,
+)
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.awq import dequantize_for_kernel
 from qwen_ui.engine.awq_format import quantization_config
@@ -96,16 +106,21 @@ def test_static_caches_count_their_whole_length() -> None:
 
 def test_dequantizing_prefill_counts_the_largest_layer() -> None:
     awq = Qwen2_5_VLConfig(**QWEN25_7B, quantization_config=quantization_config())
-    plain = model_shape(awq, torch.bfloat16)
-    dequant = model_shape(awq, torch.bfloat16, dequant_rows=256)
+    plain = model_shape(awq, torch.bfloat16, "cpu")
+    dequant = model_shape(awq, torch.bfloat16, "cpu", dequant_rows=256)
     long, short = RequestShape([], 0, 1000, 1), RequestShape([], 0, 200, 1)
     extra = estimate(long, dequant).prefill - estimate(long, plain).prefill
     assert extra == 3584 * 18944 * DEQUANT_WORK * 2  # gate/up/down, bf16
     assert estimate(short, dequant).prefill == estimate(short, plain).prefill
-    fused = model_shape(awq, torch.bfloat16, dequant_rows=256, fused_projections=True)
-    fused_plain = model_shape(awq, torch.bfloat16, fused_projections=True)
+    fused = model_shape(awq, torch.bfloat16, "cpu", dequant_rows=256, fused_projections=True)
+    fused_plain = model_shape(awq, torch.bfloat16, "cpu", fused_projections=True)
     doubled = estimate(long, fused).prefill - estimate(long, fused_plain).prefill
     assert doubled == 2 * extra  # gate and up dequantized as one weight
+    # on CUDA the compiled dequantize leaves only the bf16 weight it writes
+    cuda = model_shape(awq, torch.bfloat16, "cuda", dequant_rows=256, fused_projections=True)
+    cuda_plain = model_shape(awq, torch.bfloat16, "cuda", fused_projections=True)
+    on_cuda = estimate(long, cuda).prefill - estimate(long, cuda_plain).prefill
+    assert on_cuda == 2 * 3584 * 18944 * DEQUANT_WORK_CUDA * 2
     bf16_model = Qwen2_5_VLConfig(**QWEN25_7B)  # not AWQ: the setting does nothing
     assert model_shape(bf16_model, torch.bfloat16, dequant_rows=256).dequant_rows == 0
 
@@ -174,6 +189,60 @@ def test_eager_attention_adds_score_matrices() -> None:
     n = grid(40).patches
     extra = estimate(request, eager).vision - estimate(request, sdpa).vision
     assert extra == 16 * n * n * (2 * 2 + 4)  # full-attention blocks: heads × n × n
+
+
+def _defaults_7b(graph_rows: int = 4096) -> Any:
+    """The 7B AWQ shape as the engine serves it on CUDA by default: static caches of
+    256-position steps, fused projections, dequantized long prefills, recorded prefills."""
+    awq = Qwen2_5_VLConfig(**QWEN25_7B, quantization_config=quantization_config())
+    return model_shape(awq, torch.bfloat16, "cuda", 256, 256, True, graph_rows)
+
+
+def test_static_cache_is_allocated_whole_before_the_prefill() -> None:
+    shape = _defaults_7b(graph_rows=0)
+    request = RequestShape([], 0, 300, 400)  # 700 positions: a 768-position cache
+    assert cache_positions(request, shape) == 768
+    grown = replace(shape, cache_bucket=0)
+    assert cache_positions(request, grown) == 700
+    static, dynamic = estimate(request, shape).prefill, estimate(request, grown).prefill
+    assert static - dynamic == (768 - 300) * 56 * 1024  # the rest of the cache's length
+
+
+def test_replayed_prefill_adds_only_its_inputs() -> None:
+    shape = _defaults_7b()
+    request = RequestShape([grid(28)], 784, 100, 512)  # 884 prompt tokens, replayed
+    kv = 56 * 1024 * cache_positions(request, shape)
+    replayed = estimate(request, shape).prefill
+    eager = estimate(request, replace(shape, graph_rows=0)).prefill
+    inputs = (2 * 884 + 2 * 784) * 3584 * 2  # embeddings, scattered copy, features x 2
+    assert kv + inputs < replayed < kv + inputs + 20 * 2**20  # + positions and logits
+    assert eager - replayed > 3584 * 2 * 18944 * 2  # the dequantized gate/up weight and more
+    longer = RequestShape([grid(72)] * 2, 2 * 5184, 100, 64)  # past 4096 rows: eager
+    assert estimate(longer, shape).prefill == estimate(longer, replace(shape, graph_rows=0)).prefill
+
+
+def test_batch_of_one_is_the_request() -> None:
+    shape = _defaults_7b()
+    for request in (
+        RequestShape([grid(28)], 784, 100, 512),
+        RequestShape([grid(72)] * 2, 2 * 5184, 100, 64),
+        RequestShape([], 0, 50, 2048),
+    ):
+        assert batch_total([request], shape) == estimate(request, shape).total
+
+
+def test_batch_holds_every_cache_and_one_newcomer() -> None:
+    shape = _defaults_7b()
+    one = RequestShape([grid(28)], 784, 100, 512)
+    kv = 56 * 1024 * cache_positions(one, shape)
+    single = estimate(one, shape)
+    for n in (2, 8, 32):
+        batch = batch_peak([one] * n, shape)
+        assert batch >= n * kv + (single.peak - kv)  # every cache, one newcomer's work
+        assert batch < n * single.peak  # the transients are not reserved n times
+    mixed = [one, RequestShape([grid(72)], 5184, 100, 64)]
+    assert batch_peak(mixed, shape) > batch_peak([one, one], shape)
+    assert batch_total([], shape) == 0
 
 
 # --- measured on the CPU ---------------------------------------------------------------

@@ -145,7 +145,11 @@ def vision_peak(patches: int, model: ModelShape) -> int:
     rope = 2 * n * (v.hidden // v.heads) * F32  # cos and sin, float32, all blocks
     block = max(_vision_attention(n, v, b), _vision_mlp(n, v, b))
     merger = n * v.hidden * (b + 2 * F32) + (n // v.merge_unit) * v.out_hidden * 2 * b
-    return pixels + rope + max(block, merger) + _scores(n, model)
+    # one more [patches, width] activation: the kernels' workspaces and the window
+    # reordering's copy (the H200 measured 14.6 MiB above the counted tensors for one
+    # 1024x768 image, 3,996 patches: docs/BENCHMARKS.md)
+    workspace = n * v.hidden * b
+    return pixels + rope + max(block, merger) + workspace + _scores(n, model)
 
 
 def _vision_attention(n: int, v: VisionShape, b: int) -> int:

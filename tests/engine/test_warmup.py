@@ -14,10 +14,17 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from qwen_ui.engine import warmup
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.events import Done, Failed
 from qwen_ui.engine.status import EngineState, EngineStatus
-from qwen_ui.engine.warmup import WARM_UP_SIZE, start_up, warm_up_image, warm_up_request
+from qwen_ui.engine.warmup import (
+    WARM_UP_SIZE,
+    start_up,
+    warm_up_image,
+    warm_up_request,
+    warm_up_rounds,
+)
 from qwen_ui.server import create_app
 from qwen_ui.services import services_of
 from qwen_ui.state import MemoryState
@@ -121,3 +128,25 @@ def test_healthz_answers_while_warming_and_readyz_waits(
             time.sleep(0.05)
         assert client.get("/readyz").status_code == 200
         assert len(calls) == 1 and status.answered == 1  # the warm-up ran once
+
+
+def test_warm_up_rounds_cover_every_batch_bucket() -> None:
+    assert warm_up_rounds(1) == [1]
+    assert warm_up_rounds(8) == [1, 2, 4, 8]
+    assert warm_up_rounds(12) == [1, 2, 4, 8, 12]
+    assert warm_up_rounds(64) == [1, 2, 4, 8, 16, 32, 64]
+
+
+async def test_a_batching_worker_is_warmed_up_per_bucket(
+    tmp_path: Path, tiny_store: ModelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warmup, "batch_limit", lambda _engine: 4)
+    status = EngineStatus()
+    engine = Engine(tiny_settings(tmp_path, preload=True), tiny_store, MemoryState(), status)
+    engine.start()
+    try:
+        last = await start_up(engine)
+        assert isinstance(last, Done)
+        assert status.answered == 1 + 2 + 4 and status.is_ready
+    finally:
+        await engine.close()

@@ -46,7 +46,8 @@ def request_budget(
 
 def pool_reserve(settings: Settings, where: Placement) -> int:
     """Bytes the decode worker may keep in idle static caches between requests."""
-    return settings.static_cache_pool_bytes if where.static_decode else 0
+    kept = where.static_decode or where.batch_limit > 1  # a batch's idle slot cache too
+    return settings.static_cache_pool_bytes if kept else 0
 
 
 def graph_reserve(where: Placement, shape: ModelShape | None) -> int:

@@ -50,7 +50,7 @@ total against the allocator's measured peak on the CPU, and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.shapes import ModelShape, TextShape, VisionShape
@@ -110,6 +110,8 @@ class Estimate:
 
 
 def estimate(request: RequestShape, model: ModelShape) -> Estimate:
+    if model.batch_limit:
+        return _batched(request, model)
     vision = max((_image_peak(g, model) for g in request.encode), default=0)
     prefill = prefill_peak(request, model)
     decode = decode_peak(request, model)
@@ -291,9 +293,12 @@ def batch_peak(requests: Sequence[RequestShape], model: ModelShape) -> int:
     """Peak bytes of sequences decoding as one batch: every sequence's KV cache (slots for
     its whole length), plus the larger of a newcomer's own work (its images encoded, its
     prefill's transients: newcomers join one at a time between decode steps) and a decode
-    step over the whole batch (each row's step transients)."""
+    step over the whole batch (each row's step transients). With continuous batching
+    (``batch_limit``) as :func:`_slot_batch` counts it."""
     if not requests:
         return 0
+    if model.batch_limit:
+        return _slot_batch(requests, model)
     kv = [model.kv_bytes_per_token * cache_positions(r, model) for r in requests]
     # a newcomer's cache is made after its images are encoded: counted in ``kv`` already
     joining = max(
@@ -309,3 +314,71 @@ def batch_total(requests: Sequence[RequestShape], model: ModelShape) -> int:
     request, ``estimate(request, model).total``."""
     peak = batch_peak(requests, model)
     return peak + WORKSPACE_BYTES + int(WORKSPACE_SHARE * peak) if requests else 0
+
+
+# --- continuous batching ----------------------------------------------------------------
+
+
+def slot_count(rows: int, model: ModelShape) -> int:
+    """Slots of the batch's cache for ``rows`` sequences: all ``batch_limit`` of them
+    from the start when its decode steps replay graphs, else the next bucket (1, 2, 4, ...)."""
+    if model.batch_graphs:
+        return max(model.batch_limit, rows)
+    bucket = 1
+    while bucket < rows:
+        bucket *= 2
+    return min(bucket, max(model.batch_limit, rows))
+
+
+def _slot_batch(requests: Sequence[RequestShape], model: ModelShape) -> int:
+    """A continuous batch (:mod:`qwen_ui.engine.slots`): one slot cache of
+    :func:`slot_count` slots, each as long as the longest sequence's cache; while a longer
+    newcomer grows it, the old tensors beside the new. Newcomers (at worst all of them at
+    once) have their images encoded in one pass and are prefilled together, padded to the
+    longest prompt, into a dynamic cache that is then copied into the slots; a decode step
+    runs over the slots' rows."""
+    kv_token = model.kv_bytes_per_token
+    lengths = sorted(cache_positions(r, model) for r in requests)
+    slots = slot_count(len(requests), model)
+    cache = slots * lengths[-1] * kv_token
+    grown = slots * lengths[-2] * kv_token if len(lengths) > 1 else 0
+    rows = len(requests) * max(r.prompt_tokens for r in requests)
+    prefill_kv = kv_token * rows
+    images = sum(r.image_tokens for r in requests)
+    prefill = prefill_kv + eager_prefill(rows, images, model)
+    vision = _encoded_together([g for r in requests for g in r.encode], model)
+    step = slots * decode_step(
+        RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0)
+    )
+    # a lone sequence is prefilled before any slot exists; a newcomer to a running batch
+    # beside the slots (counted at their final size)
+    existing = cache if len(requests) > 1 else 0
+    return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
+
+
+def _batched(request: RequestShape, model: ModelShape) -> Estimate:
+    """A request as a batch of one (:func:`_slot_batch`), by phase."""
+    kv_token = model.kv_bytes_per_token
+    cache = slot_count(1, model) * cache_positions(request, model) * kv_token
+    prompt_kv = kv_token * request.prompt_tokens
+    eager = eager_prefill(request.prompt_tokens, request.image_tokens, model)
+    vision = _encoded_together(request.encode, model)
+    prefill = prompt_kv + max(eager, cache)  # the slots are made once the pass is done
+    plain = replace(model, cache_bucket=0)
+    step = decode_step(RequestShape(text_tokens=cache_positions(request, model)), plain)
+    decode = cache + slot_count(1, model) * step
+    return Estimate(vision, prefill, decode, parts={"kv_cache": cache})
+
+
+def _encoded_together(grids: Sequence[ImageGrid], model: ModelShape) -> int:
+    """The vision tower over several images in one pass (it attends within each image):
+    its activations are those of their patches together."""
+    if not grids:
+        return 0
+    if len(grids) == 1:
+        return _image_peak(grids[0], model)
+    patches = sum(g.patches for g in grids)
+    tower = vision_peak(patches, model)
+    if not model.preprocess_on_device:
+        return tower
+    return max(tower, sum(preprocess_peak(g, model) for g in grids))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
     keeps between requests there."""
     device = device or pick_device(settings.device)
     path = fast_path(settings, device.type)
+    batch = batch_limit(settings)
+    if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop
+        return Placement(device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode)
     static = path.decode_mode == "static"
     rows = path.prefill_graph_rows
     return Placement(
@@ -48,6 +51,12 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
         cache_bucket=CACHE_BUCKET if static else 0,
         graph_rows=bucket_rows(rows) if rows else 0,
     )
+
+
+def batch_limit(settings: Settings) -> int:
+    """``max_batch``: the most requests the worker decodes together (1 where the worker
+    answers one at a time)."""
+    return int(getattr(settings, "max_batch", 1))
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,8 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
         settings.fuse_projections,
         where.graph_rows,
     )
+    if where.batch_limit > 1:
+        shape = replace(shape, batch_limit=where.batch_limit, batch_graphs=where.batch_graphs)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     facts = ModelFacts(snapshot_id, shape, geometry_of(image_processor, low, high), weights)
     return ServedModel(facts, processor)

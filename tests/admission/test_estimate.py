@@ -23,6 +23,7 @@ from qwen_ui.admission.estimate import (
     batch_total,
     cache_positions,
     estimate,
+    slot_count,
 )
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.awq import dequantize_for_kernel
@@ -297,3 +298,51 @@ async def test_estimate_covers_the_measured_peak(
             assert measured <= total <= 1.3 * measured + WORKSPACE_BYTES, (i, measured, total)
     finally:
         await w.engine.close()
+
+
+def _batching_7b(limit: int = 8, graphs: bool = True) -> Any:
+    """The 7B AWQ shape with continuous batching (``max_batch``)."""
+    return replace(_defaults_7b(graph_rows=0), batch_limit=limit, batch_graphs=graphs)
+
+
+def test_slot_counts_follow_the_batch() -> None:
+    graphed, eager = _batching_7b(8, True), _batching_7b(8, False)
+    assert [slot_count(n, graphed) for n in (1, 2, 5, 8)] == [8, 8, 8, 8]
+    assert [slot_count(n, eager) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+
+
+def test_a_batched_request_holds_every_slot_at_its_length() -> None:
+    shape = _batching_7b()
+    request = RequestShape([grid(28)], 784, 100, 512)  # 1,396 positions: 1,536 per slot
+    one = estimate(request, shape)
+    assert one.parts["kv_cache"] == 8 * 1536 * 56 * 1024  # all eight slots, from the start
+    assert one.decode > one.parts["kv_cache"] and one.prefill > 884 * 56 * 1024
+    assert batch_total([request], shape) == one.total
+    alone = estimate(request, _defaults_7b(graph_rows=0))
+    assert one.total > alone.total  # the seven idle slots are memory too
+
+
+def test_a_batch_grows_with_its_longest_sequence_and_joint_prefill() -> None:
+    shape = _batching_7b()
+    short = RequestShape([grid(28)], 784, 100, 512)
+    long = RequestShape([grid(28)], 784, 100, 4096)
+    assert batch_peak([short, long], shape) > batch_peak([short, short], shape)
+    assert batch_peak([short] * 8, shape) > batch_peak([short] * 2, shape)  # joint prefill
+    # eight sequences share the slots a lone one already holds: less than 8 lone ones,
+    # although eight prompts prefilled together hold eight prompts' activations
+    assert batch_peak([short] * 8, shape) < 4 * estimate(short, shape).peak
+
+
+def test_batching_placement_and_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qwen_ui.admission.budget import graph_reserve, pool_reserve
+    from qwen_ui.engine import facts
+    from qwen_ui.settings import Settings
+
+    settings = Settings(home=tmp_path)
+    monkeypatch.setattr(facts, "batch_limit", lambda _settings: 8)
+    where = facts.placement(settings, torch.device("cuda"))
+    assert (where.batch_limit, where.batch_graphs, where.static_decode) == (8, True, False)
+    assert where.graph_rows == 0 and graph_reserve(where, _defaults_7b()) == 0
+    assert pool_reserve(settings, where) == settings.static_cache_pool_bytes  # idle slots
+    cpu = facts.placement(settings, torch.device("cpu"))
+    assert (cpu.batch_limit, cpu.batch_graphs) == (8, False)

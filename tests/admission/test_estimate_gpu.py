@@ -135,13 +135,16 @@ async def _until_tokens(engine: Engine, request: AskRequest, started: asyncio.Ev
 
 
 async def _drop_idle_caches(engine: Engine) -> None:
-    """The worker's idle static caches, dropped on the worker (the next request allocates
-    its own, as admission assumes)."""
+    """The worker's idle static caches (or a batch's idle slot cache), dropped on the
+    worker (the next request allocates its own, as admission assumes)."""
 
     def drop(_job: Any) -> None:
         pool = getattr(getattr(engine, "_decoder", None), "pool", None)
         if pool is not None:
             pool.clear()
+        batch = getattr(engine, "batch", None)  # continuous batching: its idle slot cache
+        if batch is not None and not batch.busy:
+            batch.cache.clear()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
 

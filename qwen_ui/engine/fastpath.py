@@ -26,21 +26,22 @@ class FastPath:
     """The decode path's settings, resolved for one device."""
 
     decode_mode: DecodeMode
-    compile_decode: bool  # the static decode step runs through torch.compile (CUDA graphs)
+    compile_decode: bool  # decode steps compiled / replayed from CUDA graphs (CUDA only)
     prefill_graph_rows: int  # longest prefill replayed from recorded graphs (0: none)
     preload: bool  # load the model and answer the warm-up question at start-up
 
 
 def fast_path(settings: Settings, device_type: str) -> FastPath:
     """The settings' decode path on ``device_type`` ("cuda" or "cpu"), ``auto`` resolved.
-    Compiling and recording need a static cache on CUDA, whatever their own setting."""
+    Compiled or recorded steps need CUDA, whatever their own setting; recorded prefills
+    also a static cache (the one-request loop compiles its step only with one, too)."""
     cuda = device_type == "cuda"
     mode = decode_mode_for(settings.decode_mode, device_type)
-    graphs_possible = cuda and mode == "static"
+    static = cuda and mode == "static"
     return FastPath(
         decode_mode=mode,
-        compile_decode=graphs_possible and _on(settings.compile_decode, True),
-        prefill_graph_rows=_rows(settings.prefill_graph_rows) if graphs_possible else 0,
+        compile_decode=cuda and _on(settings.compile_decode, True),
+        prefill_graph_rows=_rows(settings.prefill_graph_rows) if static else 0,
         preload=_on(settings.preload, cuda),
     )
 

@@ -35,11 +35,11 @@ def test_auto_is_the_safe_path_on_the_cpu(tmp_path: Path) -> None:
         ({"prefill_graph_rows": 0}, "cuda", FastPath("static", True, 0, True)),
         ({"prefill_graph_rows": 1000}, "cuda", FastPath("static", True, 1000, True)),
         ({"preload": False}, "cuda", FastPath("static", True, 4096, False)),
-        # compiling and recording need a static cache on CUDA, whatever their own setting
+        # recorded prefills need a static cache on CUDA; compiled steps need CUDA
         (
             {"decode_mode": "eager", "compile_decode": True},
             "cuda",
-            FastPath("eager", False, 0, True),
+            FastPath("eager", True, 0, True),
         ),
         (
             {"decode_mode": "static", "compile_decode": True},

@@ -381,4 +381,5 @@ def _encoded_together(grids: Sequence[ImageGrid], model: ModelShape) -> int:
     tower = vision_peak(patches, model)
     if not model.preprocess_on_device:
         return tower
-    return max(tower, sum(preprocess_peak(g, model) for g in grids))
+    # the processor resizes one image at a time; their patches together are the tower's
+    return max(tower, max(preprocess_peak(g, model) for g in grids))

@@ -20,6 +20,9 @@ GiB = 1024 * MiB
 
 
 def settings(home: Path, **values: object) -> Settings:
+    """One request at a time (``max_batch=1``): the budget's own rules, without a batch's
+    idle slot cache (tests/admission/test_estimate.py covers that)."""
+    values = {"max_batch": 1, **values}
     return Settings(home=home, cpu_budget_bytes=512 * MiB, **values)  # type: ignore[arg-type]
 
 

@@ -69,7 +69,7 @@ def test_environment_reads_auto_booleans_and_rows(
 
 
 def test_placement_follows_the_resolved_path(tmp_path: Path) -> None:
-    s = Settings(home=tmp_path)
+    s = Settings(home=tmp_path, max_batch=1)  # type: ignore[call-arg]  # one at a time
     cuda = placement(s, torch.device("cuda"))
     assert (cuda.static_decode, cuda.graph_rows) == (True, bucket_rows(CUDA_PREFILL_GRAPH_ROWS))
     cpu = placement(s, torch.device("cpu"))

@@ -138,6 +138,26 @@ class Settings(BaseSettings):
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "
         "MLP's gate/up (Qwen2-VL, Qwen2.5-VL), seven kernel calls per layer become four.",
     )
+    max_batch: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Most requests the worker answers at once (continuous batching): "
+        "newcomers join the running batch between decode steps, their images encoded and "
+        "their prompts prefilled together, and each decode step is one forward call over "
+        "the batch's shared KV cache. 1 = one request at a time through the single-request "
+        "decode loop, the only one decode_mode and prefill_graph_rows apply to.",
+    )
+    batch_prefill_tokens: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="With max_batch > 1: the most prompt positions (of all newcomers "
+        "together, padded to the longest) prefilled between two decode steps of the "
+        "running batch; a longer prefill continues at the next steps, so running answers "
+        "pause for at most that much prefill while newcomers wait longer for their first "
+        "token. 0 = each prefill in one pass.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,
@@ -148,9 +168,10 @@ class Settings(BaseSettings):
     compile_decode: bool | Literal["auto"] = Field(
         "auto",
         description="With a static cache on CUDA, run the decode step through torch.compile "
-        "(mode='reduce-overhead', CUDA graphs); 'auto' = on with a static cache on CUDA. "
-        "Each new static cache length compiles once (the warm-up does the first one at "
-        "start-up); ignored on the CPU.",
+        "(mode='reduce-overhead', CUDA graphs); with max_batch > 1, replay the batch's "
+        "decode step from CUDA graphs recorded per batch-size bucket (1, 2, 4, 8, ...; the "
+        "start-up warm-up records them). 'auto' = on on CUDA. A single request's static "
+        "step compiles once per new cache length; ignored on the CPU.",
     )
     prefill_graph_rows: Annotated[int, Field(ge=0, le=32768)] | Literal["auto"] = Field(
         "auto",

@@ -30,6 +30,7 @@ from qwen_ui.engine.shapes import (
     TextShape,
     VisionShape,
 )
+from qwen_ui.lang import LANGS, Lang
 from qwen_ui.settings import Settings
 
 IMAGE_PAD = "<|image_pad|>"
@@ -46,6 +47,8 @@ class Declared:
     # ("Picture 4: " before its vision tokens, as Qwen's chat template does with
     # add_vision_id); the demo model was trained without labels
     vision_ids: bool = True
+    # what the model understands, in its own words, per language (the page shows it)
+    scope: dict[Lang, str] | None = None
 
 
 def read_declared(path: Path) -> Declared:
@@ -57,7 +60,19 @@ def read_declared(path: Path) -> Declared:
     return Declared(
         answers_without_images=bool(body.get("answers_without_images", True)),
         vision_ids=bool(body.get("vision_ids", True)),
+        scope=_scope_of(body),
     )
+
+
+def _scope_of(facts: object) -> dict[Lang, str] | None:
+    """The declared scope when it names both languages with some text; else None."""
+    scope = facts.get("scope") if isinstance(facts, dict) else None
+    if not isinstance(scope, dict):
+        return None
+    texts = {lang: scope.get(lang) for lang in LANGS}
+    if not all(isinstance(text, str) and text.strip() for text in texts.values()):
+        return None
+    return {lang: str(texts[lang]).strip() for lang in LANGS}
 
 
 def placement(settings: Settings, device: torch.device | None = None) -> Placement:

@@ -38,6 +38,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "not_installed": {"en": "not installed", "zh": "未安装"},
     "engine_idle": {"en": "idle (loads on first question)", "zh": "空闲（首次提问时加载）"},
     "engine_loading": {"en": "loading…", "zh": "加载中……"},
+    "engine_warming": {"en": "warming up…", "zh": "预热中……"},
     "engine_ready": {"en": "ready", "zh": "就绪"},
     "engine_failed": {"en": "failed", "zh": "失败"},
     "no_engine": {

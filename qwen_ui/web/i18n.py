@@ -74,6 +74,10 @@ TEXT: dict[str, dict[Lang, str]] = {
         "en": "image {number} with the answer's boxes drawn on it",
         "zh": "图片 {number}，已画出回答中的框",
     },
+    "located_alt": {
+        "en": "image {number}, where the answer located: {labels}",
+        "zh": "图片 {number}，回答中的位置：{labels}",
+    },
     "show_boxes": {"en": "Show boxes on images", "zh": "在图片上显示框"},
     "export": {"en": "Export", "zh": "导出"},
     "export_zip": {"en": "Markdown + images (zip)", "zh": "Markdown + 图片（zip）"},

@@ -29,6 +29,7 @@ from qwen_ui.engine.status import EngineState
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import maybe_services, services_of
 from qwen_ui.settings import Settings
+from qwen_ui.web import chat_tools
 from qwen_ui.web.asking import ask_as
 from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.history import (
@@ -142,6 +143,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
                 delete = gr.Button(
                     t("delete", "en"), elem_id="qwen-delete", variant="stop", size="sm"
                 )
+            export_links = chat_tools.export_links(settings)
         with gr.Row(elem_classes="qwen-header"):
             header = gr.Markdown(_header("en"))
             logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout", scale=0)
@@ -179,6 +181,7 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
                 t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0, visible=False
             )
             new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
+            show_boxes = chat_tools.show_boxes_box()
         build_oss_panel(app, blocks, question)
         example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
         texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
@@ -307,6 +310,16 @@ def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
                 **await listing(request, current, conversation_id),
             }
 
+        chat_tools.wire(
+            app,
+            settings,
+            show_boxes=show_boxes,
+            links=export_links,
+            chat=chat,
+            conversation=conversation,
+            lang=lang,
+            answered=submitted,
+        )
         submitted.then(
             after_answer,
             [lang, conversation],
@@ -565,7 +578,7 @@ def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lan
         meta["title"] = t(key, lang).format(
             seconds=f"{event.timings.get('total', 0.0):.1f}", tokens=event.completion_tokens
         )
-        reply["content"] = event.answer
+        reply["content"] = event.answer_text or event.answer  # boxes as labels
         if event.images_seen == 0:
             reply["content"] += f"\n\n*{t('no_image_used', lang)}*"
         return event.conversation_id

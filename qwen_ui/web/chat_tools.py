@@ -50,19 +50,12 @@ def export_html(settings: Settings, conversation_id: str | None, lang: Lang) -> 
     return f"{title} " + " · ".join(links)
 
 
-def wire(
-    app: FastAPI,
-    settings: Settings,
-    *,
-    show_boxes: gr.Checkbox,
-    links: gr.HTML,
-    chat: gr.Chatbot,
-    conversation: gr.BrowserState,
-    lang: gr.BrowserState,
-    answered: Any,
-) -> None:
-    """The events: the switch, the drawing after each answer (``answered``: the submit
-    event's dependency, to chain on), the links following the open conversation."""
+def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Any) -> None:
+    """The events of ``page`` (:class:`qwen_ui.web.ui.Page`): the switch, the drawing
+    after each answer (``answered``: the submit event, to chain on), the links following
+    the open conversation."""
+    show_boxes, links, chat = page.show_boxes, page.export_links, page.chat
+    conversation, lang = page.conversation, page.lang
 
     async def on_show(show: bool, shown: Messages | None, request: gr.Request) -> Any:
         principal = principal_from_gradio(request)

@@ -119,6 +119,7 @@ def test_the_box_is_drawn_where_the_shape_is_and_can_be_hidden(page: Page, tmp_p
     assert edge_pixels(located_image(page), case.shape_box).count(colour) >= 3
     # a reload draws the conversation from the server, boxes included
     page.reload()
+    page.wait_for_selector("#qwen-chat")
     wait_text(page, f"{case.label} (image 1)")
     assert edge_pixels(located_image(page), case.shape_box).count(colour) >= 3
 

@@ -41,6 +41,7 @@ from qwen_ui.web.i18n import Lang, t
 Messages = list[dict[str, Any]]
 SHOWN, HIDDEN = "-boxes-", "-plain-"
 BOX_DIR = Path(tempfile.gettempdir()) / "qwen-ui-boxes"  # a folder per tenant inside
+DRAWING = "2"  # part of a drawn file's name: change it when the drawing itself changes
 
 
 def tenant_folder(tenant: str) -> Path:
@@ -88,7 +89,7 @@ async def drawn_file(
 ) -> Path:
     """The image with ``boxes`` drawn (written once, beside its copy without them)."""
     folder = tenant_folder(tenant)
-    key = json.dumps([list(map(dict, boxes)), sorted(colours.items())], sort_keys=True)
+    key = json.dumps([DRAWING, list(map(dict, boxes)), sorted(colours.items())], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     drawn = folder / f"{sha}{SHOWN}{digest}.png"
     if not drawn.exists():

@@ -77,7 +77,9 @@ def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Any) -> None:
             show_boxes: gr.update(label=t("show_boxes", current)),
         }
 
-    private: dict[str, Any] = {"api_visibility": "private"}
+    # the chat is an output of both: no progress shown on it ("Loading content" over the
+    # last message while they run)
+    private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
     show_boxes.input(on_show, [show_boxes, chat], [chat], concurrency_limit=None, **private)
     answered.then(on_answered, [show_boxes, chat, conversation, lang], [chat], **private)
     for changed in (conversation, lang):

@@ -10,16 +10,15 @@ import io
 import json
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from PIL import Image
 from playwright.sync_api import Page
 
-from qwen_ui.demo import locate, scenes
 from qwen_ui.engine.annotate import PALETTE
 from tests.support import forced_answer
+from tests.support.grounding import Grounding, grounding
 from tests.support.server import ServerProcess
 from tests.web.test_chat_conversation_browser import send, wait_text
 from tests.web.test_chat_history_browser import open_sidebar
@@ -27,26 +26,6 @@ from tests.web.test_chat_history_browser import open_sidebar
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 RGB = tuple[int, int, int]
-
-
-@dataclass(frozen=True)
-class Grounding:
-    sample: scenes.Sample
-    label: str
-    shape_box: tuple[float, float, float, float]  # the shape's true extent, scene pixels
-
-
-def grounding() -> Grounding:
-    """The held-out set's first English "Where is the <colour> <kind>?" (one shape)."""
-    sample = next(
-        s
-        for s in scenes.held_out(20, kinds=("grounding",))
-        if s.lang == "en" and s.question.startswith("Where is")
-    )
-    (item,) = json.loads(sample.answer.split("\n", 1)[1].rsplit("\n", 1)[0])
-    colour, kind = item["label"].split(" ")
-    (shape,) = [s for s in sample.scenes[0].shapes if (s.colour, s.kind) == (colour, kind)]
-    return Grounding(sample, item["label"], locate.extent(shape))
 
 
 @pytest.fixture(scope="module")

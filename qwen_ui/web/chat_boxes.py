@@ -27,6 +27,7 @@ from PIL import Image
 from qwen_ui.engine.annotate import RGB, annotate
 from qwen_ui.engine.boxes import RawBox, labels_text
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
+from qwen_ui.engine.errors import ConversationNotFound
 from qwen_ui.web.boxes_view import (
     Boxes,
     annotated_png,
@@ -77,7 +78,10 @@ async def located_images(
     out: Messages = []
     for sha in images_with_boxes(boxes):
         mine = on_image(boxes, sha)
-        path = await drawn_file(store, tenant, sha, mine, colours)
+        try:
+            path = await drawn_file(store, tenant, sha, mine, colours)
+        except ConversationNotFound:
+            continue  # the image expired from the store: the labels in the text remain
         labels = legend(mine, {}, lang)
         alt = t("located_alt", lang).format(number=numbers.get(sha, 0), labels=labels)
         out.append({"role": "assistant", "content": {"path": str(path), "alt_text": alt}})

@@ -74,10 +74,26 @@ class TurnLog:
     async def record(
         self, store: ConversationStore, request: AskRequest, done: Done, settings: Settings
     ) -> None:
-        """Add the record to the conversation's last turn (nothing for stateless calls)."""
+        """Add the record to the conversation's last turn (nothing for stateless calls).
+        The record adds to an answer already stored: when the state store fails here, the
+        answer still goes out, without its record (logged)."""
         if request.history is not None or not done.conversation_id:
             return
-        kept = await store.describe(
+        try:
+            kept = await self._describe(store, request, done, settings)
+        except Exception as exc:  # any store failure: the answer goes on
+            # the type only: a store's message may hold its address and credentials
+            log.warning(
+                "request %s: its turn was not recorded (%s)", request.request_id, type(exc).__name__
+            )
+            return
+        if not kept:
+            log.info("request %s: its turn changed before it was recorded", request.request_id)
+
+    async def _describe(
+        self, store: ConversationStore, request: AskRequest, done: Done, settings: Settings
+    ) -> bool:
+        return await store.describe(
             request.owner,
             done.conversation_id,
             done.answer,
@@ -88,5 +104,3 @@ class TurnLog:
             model=model_of(done, settings),
             answered=time.time(),
         )
-        if not kept:
-            log.info("request %s: its turn changed before it was recorded", request.request_id)

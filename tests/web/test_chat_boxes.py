@@ -96,3 +96,11 @@ async def test_the_last_answer_is_drawn_once_and_only_when_it_is_that_turns() ->
     assert await draw_last_answer(store, conversation, failed, "en", True) is None
     hidden = await draw_last_answer(store, conversation, chat, "en", False)
     assert hidden is not None and "-plain-" in hidden[3]["content"]["path"]
+
+
+async def test_an_image_gone_from_the_store_leaves_the_labels() -> None:
+    store = ConversationStore(MemoryState(), ttl_s=60)
+    other = png((50, 50), (1, 2, 3))
+    gone = {**BOX, "sha256": hashlib.sha256(other).hexdigest()}
+    messages = await turn_messages(store, "acme", turn(boxes=[gone]), {}, "en")
+    assert messages == [{"role": "assistant", "content": "star"}]

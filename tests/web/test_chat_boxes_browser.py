@@ -121,3 +121,16 @@ def test_the_sidebar_exports_the_conversation(page: Page, tmp_path: Path) -> Non
     with page.expect_download() as as_json:
         page.click("#qwen-export a.qwen-export-json")
     assert json.loads(Path(as_json.value.path()).read_text())["turns"][0]["boxes"]
+
+
+def test_the_switch_and_the_links_follow_the_language(page: Page, tmp_path: Path) -> None:
+    ask_where(page, tmp_path)
+    page.click("text=中文")
+    page.wait_for_selector("#qwen-show-boxes >> text=在图片上显示框", timeout=15_000)
+    open_sidebar(page)
+    link = page.locator("#qwen-export a.qwen-export-zip")
+    assert link.inner_text() == "Markdown + 图片（zip）"
+    assert "lang=zh" in (link.get_attribute("href") or "")
+    page.click("#qwen-new-chat")  # no conversation open: nothing to export, said so
+    page.wait_for_selector("#qwen-export >> text=请先提问", timeout=15_000)
+    assert page.locator("#qwen-export a").count() == 0

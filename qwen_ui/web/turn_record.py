@@ -26,18 +26,15 @@ log = logging.getLogger(__name__)
 _STAGE_KEYS = ("stage", "index", "total", "cached", "ahead", "wait_s", "max_pixels")
 
 
-def served_model(settings: Settings) -> str:
-    """The model this server answers with: ``OWNER/NAME@REVISION`` (or the remote's)."""
-    if settings.engine == "openai":
-        return settings.remote_model
-    return f"{settings.model_id}@{settings.model_revision}"
-
-
 def model_of(done: Done, settings: Settings) -> str:
     """The model that answered: the ``done`` event's own ``model`` where it names one,
-    else the configured one."""
+    else the one this server answers with (``OWNER/NAME@REVISION``, or the remote's)."""
     named = getattr(done, "model", "")
-    return named if isinstance(named, str) and named else served_model(settings)
+    if isinstance(named, str) and named:
+        return named
+    from qwen_ui.web.openai_api import served_model  # it imports this module (via asking)
+
+    return served_model(settings)
 
 
 def stage_entry(stage: Stage) -> dict[str, Any]:

@@ -88,6 +88,7 @@ def test_the_box_is_drawn_where_the_shape_is_and_can_be_hidden(page: Page, tmp_p
     assert on_edges.count(colour) >= 3, on_edges  # left, right and bottom edges drawn
     assert colour not in edge_pixels(scene, case.shape_box)  # not the picture's own colour
     assert page.locator("#qwen-chat a[data-testid='download-link'][href*='-boxes-']").count()
+    assert not page.locator("#qwen-chat button[aria-label='Share']").first.is_visible()
     # hide the boxes: the same image without them; show them again
     page.click("#qwen-show-boxes input[type=checkbox]")
     plain = located_image(page, "-plain-")

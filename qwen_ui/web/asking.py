@@ -51,7 +51,7 @@ async def ask_as(
     engine, auth = services.engine, services.auth
     await auth.quotas.count_question(principal)
     record = _Record(images=len(request.images))
-    turn = TurnLog()
+    turn, conversations = TurnLog(), services.engine.conversations
     started = time.perf_counter()
     try:
         async with aclosing(engine.ask(request)) as events:
@@ -59,7 +59,7 @@ async def ask_as(
                 record.see(event)
                 turn.see(event)
                 if isinstance(event, Done):  # kept with the turn before anyone sees it done
-                    await turn.record(engine.conversations, request, event, services.settings)
+                    await turn.record(conversations, request, event, services.settings)
                 yield event
     finally:
         record.timings.setdefault("total", round(time.perf_counter() - started, 3))

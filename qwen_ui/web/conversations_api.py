@@ -12,10 +12,11 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from qwen_ui.services import ServicesDep
+from qwen_ui.errors import NotStarted
 from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.errors import request_lang
 from qwen_ui.web.export import gather_images, json_bytes, zip_bytes
+from qwen_ui.web.history import store_of
 from qwen_ui.web.options import BadChoice, ask_lang
 
 router = APIRouter(prefix="/api/v1/conversations")
@@ -26,7 +27,6 @@ FORMATS = tuple(MEDIA)
 @router.get("/{conversation_id}/export")
 async def export(
     request: Request,
-    services: ServicesDep,
     principal: PrincipalDep,
     conversation_id: str,
     format: str = "zip",
@@ -35,7 +35,9 @@ async def export(
     if format not in FORMATS:
         raise BadChoice(name="format", choices=", ".join(FORMATS))
     chosen = request_lang(request, ask_lang(lang))
-    store = services.engine.conversations
+    store = store_of(request.app)
+    if store is None:
+        raise NotStarted()
     conversation = await store.get(principal.label, conversation_id)
     images = await gather_images(store, conversation)
     if format == "zip":  # drawing the boxes and deflating run off the event loop

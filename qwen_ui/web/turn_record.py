@@ -28,13 +28,13 @@ _STAGE_KEYS = ("stage", "index", "total", "cached", "ahead", "wait_s", "max_pixe
 
 def model_of(done: Done, settings: Settings) -> str:
     """The model that answered: the ``done`` event's own ``model`` where it names one,
-    else the one this server answers with (``OWNER/NAME@REVISION``, or the remote's)."""
+    else the configured one (``OWNER/NAME@REVISION``, or the remote's name)."""
     named = getattr(done, "model", "")
     if isinstance(named, str) and named:
         return named
-    from qwen_ui.web.openai_api import served_model  # it imports this module (via asking)
-
-    return served_model(settings)
+    if settings.engine == "openai":
+        return settings.remote_model
+    return f"{settings.model_id}@{settings.model_revision}"
 
 
 def stage_entry(stage: Stage) -> dict[str, Any]:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -50,10 +51,10 @@ def export_html(settings: Settings, conversation_id: str | None, lang: Lang) -> 
     return f"{title} " + " · ".join(links)
 
 
-def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Any) -> None:
+def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Sequence[Any]) -> None:
     """The events of ``page`` (:class:`qwen_ui.web.ui.Page`): the switch, the drawing
-    after each answer (``answered``: the submit event, to chain on), the links following
-    the open conversation."""
+    after each answer (``answered``: every event that answers a question, to chain on),
+    the links following the open conversation."""
     show_boxes, links, chat = page.show_boxes, page.export_links, page.chat
     conversation, lang = page.conversation, page.lang
 
@@ -81,7 +82,8 @@ def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Any) -> None:
     # last message while they run)
     private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
     show_boxes.input(on_show, [show_boxes, chat], [chat], concurrency_limit=None, **private)
-    answered.then(on_answered, [show_boxes, chat, conversation, lang], [chat], **private)
+    for event in answered:
+        event.then(on_answered, [show_boxes, chat, conversation, lang], [chat], **private)
     for changed in (conversation, lang):
         changed.change(on_conversation, [conversation, lang], [links, show_boxes], **private)
 

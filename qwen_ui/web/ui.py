@@ -424,7 +424,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     )
     after = [page.question, page.stop, page.status, *page.listed]
     submitted.then(on.after_answer, [page.lang, page.conversation], after, **private)
-    chat_tools.wire(on.app, settings, page, answered=submitted)
+    chat_tools.wire(on.app, settings, page, answered=[submitted])
     page.stop.click(on.on_stop, None, None, **free)
     for control in (page.chat.clear, page.delete.click):  # the trash icon deletes it too
         control(on.on_delete, [page.conversation, page.chat, page.lang], page.shown, **free)

@@ -77,6 +77,19 @@ TEXT: dict[str, dict[Lang, str]] = {
         "en": "No image was used for this answer.",
         "zh": "这个回答没有参考任何图片。",
     },
+    "still_answering": {
+        "en": "An answer is still being written. Your question stays in the box: send it "
+        "when the answer is done, or press Stop first.",
+        "zh": "上一个回答还没有写完。您的问题留在输入框里：等回答完成后再发送，或先按“停止”。",
+    },
+    "edit_last_only": {
+        "en": "Only the last question can be edited and sent again.",
+        "zh": "只能修改并重新发送最后一个问题。",
+    },
+    "nothing_to_redo": {
+        "en": "There is no question to answer again right now.",
+        "zh": "现在没有可以重新回答的问题。",
+    },
     # --- the login and logout pages -------------------------------------------------
     "login_page_title": {"en": "Log in · qwen-ui", "zh": "登录 · qwen-ui"},
     "login_heading": {"en": "Log in", "zh": "登录"},
@@ -120,7 +133,10 @@ TEXT: dict[str, dict[Lang, str]] = {
     "oss_empty": {"en": "No objects here.", "zh": "此处没有对象。"},
     "oss_folders": {"en": "Sub-folders", "zh": "子目录"},
     # --- the engine's stage labels (qwen_ui.engine.events.Stage.label) ----------------
-    "stage_queued": {"en": "Waiting in line: {ahead} ahead", "zh": "排队中：前面还有 {ahead} 个"},
+    "stage_queued": {
+        "en": "Waiting in line: position {position}",
+        "zh": "排队中：第 {position} 位",
+    },
     "stage_downscaled": {
         "en": "Images reduced to at most {max_pixels} pixels each to fit the server's memory",
         "zh": "为适应服务器显存，图片已缩小至每张最多 {max_pixels} 像素",
@@ -138,7 +154,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stage_waiting": {"en": "Waiting for the model server", "zh": "正在等待模型服务器"},
     "stage_answering": {"en": "Answering", "zh": "正在回答"},
     "stage_cached": {"en": " (cached)", "zh": "（缓存）"},
-    "stage_wait": {"en": " (about {wait_s:.0f} s)", "zh": "（约 {wait_s:.0f} 秒）"},
+    "stage_wait": {"en": ", about {wait_s:.0f} s", "zh": "，约 {wait_s:.0f} 秒"},
     # --- boxes in answers, the export -------------------------------------------------
     "box_on_image": {"en": "{label} (image {number})", "zh": "{label}（图片 {number}）"},
     "box_unlabelled": {"en": "box", "zh": "框"},

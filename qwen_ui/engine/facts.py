@@ -32,6 +32,31 @@ from qwen_ui.engine.shapes import (
 from qwen_ui.settings import Settings
 
 IMAGE_PAD = "<|image_pad|>"
+DECLARED = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a model's ``qwen_ui.json`` declares (a model without the file: the defaults,
+    right for production Qwen models)."""
+
+    answers_without_images: bool = True  # the demo model cannot answer without an image
+    # each image in the prompt is labelled with its number in the conversation
+    # ("Picture 4: " before its vision tokens, as Qwen's chat template does with
+    # add_vision_id); the demo model was trained without labels
+    vision_ids: bool = True
+
+
+def read_declared(path: Path) -> Declared:
+    """The facts ``path/qwen_ui.json`` declares; unknown keys are ignored."""
+    try:
+        body = json.loads((path / DECLARED).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Declared()
+    return Declared(
+        answers_without_images=bool(body.get("answers_without_images", True)),
+        vision_ids=bool(body.get("vision_ids", True)),
+    )
 
 
 def placement(settings: Settings, device: torch.device | None = None) -> Placement:

@@ -115,7 +115,7 @@ def _swapped(path: Path, show: bool) -> Path:
 
 
 def with_boxes_shown(chat: Messages, show: bool, tenant: str) -> Messages:
-    """The chat (messages as :func:`qwen_ui.web.ui.normalize` gives them) with every located
+    """The chat (messages as :func:`qwen_ui.web.chat.normalize` gives them) with every located
     image shown with or without its boxes. Only the file's name is read from the chat (the
     browser sends it back, from Gradio's cache): the swapped copy is looked up in the
     tenant's own folder."""

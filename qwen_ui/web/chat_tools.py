@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from qwen_ui.settings import Settings
 from qwen_ui.web.auth import principal_from_gradio
+from qwen_ui.web.chat import normalize
 from qwen_ui.web.chat_boxes import Messages, draw_last_answer, with_boxes_shown
 from qwen_ui.web.history import open_conversation, store_of
 from qwen_ui.web.i18n import Lang, t
@@ -89,6 +90,4 @@ def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Sequence[Any]
 
 
 def _normalized(shown: Messages | None) -> Messages:
-    from qwen_ui.web.ui import normalize  # ui imports this module: import on use
-
     return normalize(shown)

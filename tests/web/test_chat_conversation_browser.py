@@ -72,7 +72,8 @@ def settled(page: Page) -> None:
     submits again."""
     page.wait_for_function(
         "() => document.querySelectorAll('#qwen-history label').length > 0"
-        " && !document.querySelector('#qwen-question textarea').disabled",
+        " && document.querySelector('#qwen-question button.submit-button')"
+        " && !document.querySelector('#qwen-stop')",
         timeout=30_000,
     )
 

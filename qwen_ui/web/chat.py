@@ -82,7 +82,8 @@ def progress_html(fraction: float, label: str = "") -> str:
     percent = max(0.0, min(100.0, fraction * 100))
     return (
         f'<div class="qwen-progress" role="progressbar" aria-valuenow="{percent:.0f}" '
-        f'aria-valuemin="0" aria-valuemax="100" title="{label}" style="{_BAR}">'
+        f'aria-valuemin="0" aria-valuemax="100" aria-label="{html.escape(label or "Progress")}" '
+        f'title="{html.escape(label)}" style="{_BAR}">'
         f'<div class="qwen-progress-fill" style="width:{percent:.1f}%;{_FILL}"></div></div>'
     )
 

@@ -26,6 +26,7 @@ from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
 from qwen_ui.web import chat_tools
+from qwen_ui.web.a11y import a11y_js
 from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.chat import (
     ChatView,
@@ -51,6 +52,7 @@ from qwen_ui.web.history import (
 )
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.oss_panel import build_oss_panel
+from qwen_ui.web.scope import declared_scope
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +214,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
         show_boxes = chat_tools.show_boxes_box()
     build_oss_panel(app, blocks, question)
-    examples = _demo_examples(settings, question) if settings.is_demo_model else {}
+    examples = _examples_and_scope(settings, question)
     examples = {code: examples.get(code, gr.Column(visible=False)) for code in LANGS}
     return Page(
         lang=lang,
@@ -474,6 +476,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     page.rename.click(on.on_rename, renaming, page.listed, **private)
     page.title_box.submit(on.on_rename, renaming, page.listed, **private)
     blocks.load(None, None, None, js=counter_js(settings))  # the browser counts
+    blocks.load(None, None, None, js=a11y_js())  # names and alt texts, in the page's language
     loaded = [page.lang, *page.texts, page.chat, page.conversation, page.progress]
     blocks.load(on.on_load, [page.lang, page.conversation], loaded, **private)
     page.picker.input(
@@ -493,19 +496,30 @@ def merged(*updates: dict[Any, Any]) -> dict[Any, Any]:
     return out
 
 
-def _demo_examples(settings: Any, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
-    """One block of example prompts and images per language (the demo's own grammar);
-    the language switch shows the matching one."""
+def _examples_and_scope(settings: Settings, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
+    """One block per language, shown with the page in that language: the scope the model
+    declares (:mod:`qwen_ui.web.scope`) and, for the demo model, example prompts and
+    images from its grammar. Empty when the model has neither."""
+    scope = declared_scope(settings)
+    if scope is None and not settings.is_demo_model:
+        return {}
     blocks: dict[str, gr.Column] = {}
     for code in LANGS:
         with gr.Column(visible=code == "en", elem_id=f"qwen-examples-{code}") as column:
-            found = demo_examples(settings.home / "examples", code)
-            gr.Examples(
-                [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
-                inputs=[question],
-                label=t("examples", code),
-                examples_per_page=len(found),
-            )
+            if scope is not None:
+                gr.Markdown(
+                    f"**{t('scope', code)}:** {scope[code]}",
+                    elem_id=f"qwen-scope-{code}",
+                    elem_classes="qwen-scope",
+                )
+            if settings.is_demo_model:
+                found = demo_examples(settings.home / "examples", code)
+                gr.Examples(
+                    [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
+                    inputs=[question],
+                    label=t("examples", code),
+                    examples_per_page=len(found),
+                )
         blocks[code] = column
     return blocks
 

@@ -143,7 +143,7 @@ def test_trash_clears_the_server_conversation(page: Page, tmp_path: Path) -> Non
     send(page, "Which image is red?")
     wait_text(page, "Answering")
     stop(page, 0)
-    page.click("#qwen-chat button[aria-label='Clear']")
+    page.click("#qwen-chat [data-qwen-label=label_clear]")  # named by static/a11y.js
     page.wait_for_function(
         "!document.querySelector('#qwen-chat').innerText.includes('Which image')",
         timeout=10_000,

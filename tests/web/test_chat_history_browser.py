@@ -54,7 +54,7 @@ def history_labels(page: Page) -> list[str]:
 
 
 def open_sidebar(page: Page) -> None:
-    page.click("button[aria-label='Toggle Sidebar']")
+    page.click(".toggle-button")
     page.wait_for_function(
         "() => document.querySelector('#qwen-rename').getBoundingClientRect().left >= 0",
         timeout=10_000,

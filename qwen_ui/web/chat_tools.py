@@ -24,7 +24,7 @@ from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.chat import normalize
 from qwen_ui.web.chat_boxes import Messages, draw_last_answer, with_boxes_shown
 from qwen_ui.web.history import open_conversation, store_of
-from qwen_ui.web.i18n import Lang, t
+from qwen_ui.web.i18n import LANGS, Lang, t
 
 SHOW_BOXES_ID = "qwen-show-boxes"
 EXPORT_ID = "qwen-export"
@@ -73,7 +73,9 @@ def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Sequence[Any]
         drawn = await draw_last_answer(store, found, _normalized(shown), current, show)
         return gr.update() if drawn is None else drawn
 
-    def on_conversation(conversation_id: str, current: Lang) -> dict[Any, Any]:
+    def on_conversation(conversation_id: str, current: str) -> dict[Any, Any]:
+        # on load the conversation may be restored before the language is chosen ("")
+        current = current if current in LANGS else "en"
         return {
             links: export_html(settings, conversation_id, current),
             show_boxes: gr.update(label=t("show_boxes", current)),

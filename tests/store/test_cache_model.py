@@ -232,9 +232,13 @@ def test_a_layout_the_engine_cannot_run_is_refused_before_the_download(
         assert hub.downloads == ["config.json"]  # no weights
     store = ModelStore(env["QWEN_UI_MODEL_DIR"])
     assert not store.is_installed(MODEL, "master")
-    refused = script(env, "--from-dir", str(make_model(tmp_path / "src", files)), MODEL)
+    src = str(make_model(tmp_path / "src", files))
+    refused = script(env, "--from-dir", src, MODEL)
     assert refused.returncode == 2 and "FP8 weights" in refused.stderr
     assert not store.is_installed(MODEL, "master")
+    forced = script(env, "--skip-layout-check", "--from-dir", src, MODEL)
+    assert forced.returncode == 0, forced.stderr
+    assert store.is_installed(MODEL, "master")
 
 
 def test_the_checked_config_is_not_downloaded_twice(env: dict[str, str]) -> None:

@@ -62,14 +62,20 @@ def store(tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]
     return store
 
 
-@pytest.fixture(scope="module", params=["plain", "awq"])
+@pytest.fixture(scope="module", params=["plain", "awq", "awq-dequantized-prefill"])
 def pair(
     request: pytest.FixtureRequest, store: ModelStore, checkpoints: dict[str, Path]
 ) -> tuple[Loaded, Any]:
-    """The engine's pipelines on one revision, and transformers' model to compare with."""
-    revision = str(request.param)
-    spec = ModelSpec(MODEL, revision, "cpu", 3136, 128 * 128)
+    """The engine's pipelines on one revision, and transformers' model to compare with.
+    ``awq-dequantized-prefill``: prompts of more than 16 tokens (all of them here) run each
+    int4 layer on a weight dequantized for the call (``prefill_dequant_rows``)."""
+    revision, _, variant = str(request.param).partition("-")
+    rows = 16 if variant else 0
+    spec = ModelSpec(MODEL, revision, "cpu", 3136, 128 * 128, prefill_dequant_rows=rows)
     loaded = Pipelines(store, spec, EngineStatus()).load()
+    if rows:
+        model = loaded.language.model
+        assert all(m.prefill_rows == rows for m in model.modules() if isinstance(m, Int4Linear))
     if revision == "plain":
         return loaded, loaded.language.model
     return loaded, dequantized_reference(checkpoints["plain"], checkpoints["awq"])

@@ -13,11 +13,13 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   ``[N, intermediate]`` tensors, whichever is larger. With SDPA or flash kernels attention
   keeps no score matrix (transformers 5.24 uses SDPA on CPU and CUDA unless told
   otherwise); with ``eager`` attention each window (or the whole image, in full-attention blocks)
-  holds a ``heads × n × n`` float32 score matrix, and that term is added.
+  holds a ``heads × n × n`` float32 score matrix, and that term is added. Qwen3-VL's
+  DeepStack mergers keep one more merged output per DeepStack layer through the tower.
   On the CPU the processor's buffers share the budget: its peak for the image's source
   size counts when larger.
 * **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache for ``L``
-  positions, the prompt embeddings and the image features, and one decoder layer's
+  positions, the prompt embeddings and the image features (Qwen3-VL: also each DeepStack
+  layer's ``[T, hidden]`` features, as handed in and as concatenated), and one decoder layer's
   transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors,
   four with fused projections; or RMSNorm's float32 copies when those are larger). An AWQ
   model told to dequantize for long prompts (``prefill_dequant_rows``) also holds the
@@ -130,7 +132,8 @@ def vision_peak(patches: int, model: ModelShape) -> int:
     rope = 2 * n * (v.hidden // v.heads) * F32  # cos and sin, float32, all blocks
     block = max(_vision_attention(n, v, b), _vision_mlp(n, v, b))
     merger = n * v.hidden * (b + 2 * F32) + (n // v.merge_unit) * v.out_hidden * 2 * b
-    return pixels + rope + max(block, merger) + _scores(n, model)
+    deepstack = v.deepstack_layers * (n // v.merge_unit) * v.out_hidden * b
+    return pixels + rope + deepstack + max(block, merger) + _scores(n, model)
 
 
 def _vision_attention(n: int, v: VisionShape, b: int) -> int:
@@ -163,6 +166,7 @@ def prefill_peak(request: RequestShape, model: ModelShape) -> int:
     kv = model.kv_bytes_per_token * length
     kv_copy = length * t.kv_heads * t.head_dim * b  # one layer's keys while the cache copies
     inputs = length * t.hidden * b + 2 * request.image_tokens * t.hidden * b
+    inputs += 2 * model.vision.deepstack_layers * request.image_tokens * t.hidden * b
     # 3-D rope: position ids (int64 × 3), float32 angles per axis, cos/sin in the dtype
     positions = length * (3 * 8 + 2 * t.head_dim * (3 * F32 + b))
     fused = model.fused_projections

@@ -62,20 +62,24 @@ def store(tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]
     return store
 
 
-@pytest.fixture(scope="module", params=["plain", "awq", "awq-dequantized-prefill"])
+@pytest.fixture(scope="module", params=["plain", "plain-bf16", "awq", "awq-dequantized-prefill"])
 def pair(
     request: pytest.FixtureRequest, store: ModelStore, checkpoints: dict[str, Path]
 ) -> tuple[Loaded, Any]:
     """The engine's pipelines on one revision, and transformers' model to compare with.
-    ``awq-dequantized-prefill``: prompts of more than 16 tokens (all of them here) run each
-    int4 layer on a weight dequantized for the call (``prefill_dequant_rows``)."""
+    ``plain-bf16``: the float checkpoint computed in bf16 (as on CUDA; the engine's CPU
+    default is float32). ``awq-dequantized-prefill``: prompts of more than 16 tokens (all of
+    them here) run each int4 layer on a weight dequantized for the call
+    (``prefill_dequant_rows``)."""
     revision, _, variant = str(request.param).partition("-")
-    rows = 16 if variant else 0
+    rows = 16 if variant == "dequantized-prefill" else 0
     spec = ModelSpec(MODEL, revision, "cpu", 3136, 128 * 128, prefill_dequant_rows=rows)
     loaded = Pipelines(store, spec, EngineStatus()).load()
     if rows:
         model = loaded.language.model
         assert all(m.prefill_rows == rows for m in model.modules() if isinstance(m, Int4Linear))
+    if variant == "bf16":
+        loaded.language.model.to(torch.bfloat16)
     if revision == "plain":
         return loaded, loaded.language.model
     return loaded, dequantized_reference(checkpoints["plain"], checkpoints["awq"])
@@ -113,8 +117,11 @@ def engine_tokens(loaded: Loaded, prompt: Prompt, path: str) -> tuple[list[int],
     return tokens, generation
 
 
-def generate_tokens(loaded: Loaded, reference: Any, turns: list[Turn], count: int) -> list[int]:
-    """transformers' own processor and ``generate``, greedy, cut at the first stop token."""
+def generate_tokens(
+    loaded: Loaded, reference: Any, turns: list[Turn], count: int
+) -> tuple[list[int], list[float]]:
+    """transformers' own processor and ``generate``, greedy, cut at the first stop token;
+    and at each step the margin of its top logit over the next one."""
     processor = loaded.language.processor
     text = processor.apply_chat_template(
         messages(turns), tokenize=False, add_generation_prompt=True
@@ -126,11 +133,26 @@ def generate_tokens(loaded: Loaded, reference: Any, turns: list[Turn], count: in
         images_kwargs={"size": loaded.vision.size},
     )
     with torch.inference_mode():
-        out = reference.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
-    tokens = [int(t) for t in out[0, inputs["input_ids"].shape[1] :]]
+        out = reference.generate(
+            **inputs,
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    tokens = [int(t) for t in out.sequences[0, inputs["input_ids"].shape[1] :]]
+    margins = [float(d[0] - d[1]) for d in (torch.topk(s.float()[0], 2).values for s in out.logits)]
     stops = set(loaded.language.stop_ids)
     first_stop = next((i for i, t in enumerate(tokens) if t in stops), len(tokens))
-    return tokens[:first_stop]
+    return tokens[:first_stop], margins
+
+
+def near_tie(model: Any) -> float:
+    """How far apart two logits may be and still go either way between two of the
+    engine's paths: nothing in float32 (the paths agree exactly); in bf16 a few rounding
+    steps of these logits (magnitudes under 8: steps of 1/32), as a padded prefill or a
+    static cache's masked attention sum in another order."""
+    return 0.0 if next(model.parameters()).dtype == torch.float32 else 0.1
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -143,9 +165,13 @@ def test_tokens_match_generate(
     assert all(e.deepstack is not None for e in embeddings)
     prompt = loaded.language.build_prompt(turns, embeddings)
     ours, generation = engine_tokens(loaded, prompt, path)
-    theirs = generate_tokens(loaded, reference, turns, count)
-    assert ours == theirs
-    assert len(ours) >= 8  # long enough to mean something
+    theirs, margins = generate_tokens(loaded, reference, turns, count)
+    assert len(theirs) >= 8  # long enough to mean something
+    parted = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+    if parted is None:
+        assert ours == theirs
+    else:  # only at a step where generate itself was all but undecided (bf16)
+        assert margins[parted] < near_tie(reference), (parted, margins[parted], ours, theirs)
     if path == "prefill-graphs":  # the prompt took the staged prefill, DeepStack and all
         assert generation.graphs is not None and generation.graphs.buckets
 
@@ -191,5 +217,8 @@ def test_the_staged_prefill_adds_the_deepstack_features(pair: tuple[Loaded, Any]
         generation = Generation(model, p, SamplingOptions(1), "static", CachePool(model), None, g)
         with torch.inference_mode():
             logits[name] = generation._prefill()
-    torch.testing.assert_close(logits["staged"], logits["eager"], atol=1e-4, rtol=1e-4)
-    assert (logits["zero"] - logits["eager"]).abs().max() > 1e-3
+    exact = near_tie(model) == 0
+    tolerance = 1e-4 if exact else 0.05  # bf16: a few rounding steps of these logits
+    torch.testing.assert_close(logits["staged"], logits["eager"], atol=tolerance, rtol=0)
+    if exact:  # (in bf16 the tiny model's DeepStack effect is within a few rounding steps)
+        assert (logits["zero"] - logits["eager"]).abs().max() > 10 * tolerance

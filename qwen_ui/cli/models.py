@@ -355,7 +355,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     print(
         f"free space in {store.root}: {human_size(plan.free)} (needed: {human_size(plan.needed)})"
     )
-    if not args.skip_layout_check and not _remote_layout_ok(store, args, endpoint):
+    listed = plan.files is None or any(f.path == fetch.CONFIG for f in plan.files)
+    if listed and not args.skip_layout_check and not _remote_layout_ok(store, args, endpoint):
         return fetch.EXIT_UNSUPPORTED
     if args.check_only:
         return 0

@@ -118,7 +118,11 @@ def check_config(config: Mapping[str, Any]) -> Layout:
         return Layout(family, model_type, "none")
     if not isinstance(quant, Mapping):
         raise UnsupportedCheckpoint(reason="quantization_config is not a JSON object")
-    return Layout(family, model_type, "awq", _awq_group(quant))
+    try:
+        group = _awq_group(quant)
+    except (TypeError, ValueError) as exc:  # e.g. "bits": "four"
+        raise UnsupportedCheckpoint(reason=f"quantization_config cannot be read: {exc}") from None
+    return Layout(family, model_type, "awq", group)
 
 
 def _architecture_reason(model_type: str, config: Mapping[str, Any]) -> str:

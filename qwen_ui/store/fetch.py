@@ -220,7 +220,9 @@ def fetch_config(
         config = json.loads(staged.read_bytes())
     except (OSError, ValueError):
         return None
-    return config if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not ({"model_type", "architectures"} & set(config)):
+        return None  # not a model config (a hub's error body, say): install checks the files
+    return config
 
 
 def download(store: ModelStore, model_id: str, revision: str, endpoint: str) -> Path:

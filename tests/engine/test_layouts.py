@@ -65,8 +65,18 @@ def test_the_float_and_awq_qwen3_checkpoints_are_accepted(qwen3: dict[str, Path]
         ({"quant_method": "awq", "bits": 8, "version": "gemm"}, "AWQ 8-bit GEMM"),
         ({"quant_method": "awq", "bits": 4, "zero_point": False}, "without zero points"),
         ({"quant_method": "hqq"}, "quantization method hqq are not supported"),
+        ({"quant_method": "awq", "bits": "four"}, "quantization_config cannot be read"),
     ],
-    ids=["fp8", "gptq", "compressed-tensors", "awq-gemv", "awq-8bit", "awq-no-zeros", "other"],
+    ids=[
+        "fp8",
+        "gptq",
+        "compressed-tensors",
+        "awq-gemv",
+        "awq-8bit",
+        "awq-no-zeros",
+        "other",
+        "unreadable",
+    ],
 )
 def test_unsupported_quantization_is_refused(
     qwen3: dict[str, Path], tmp_path: Path, quant: dict[str, Any], says: str

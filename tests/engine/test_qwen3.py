@@ -19,6 +19,7 @@ from transformers import AutoModelForImageTextToText
 
 from qwen_ui.engine import awq_format
 from qwen_ui.engine.awq import Int4Linear
+from qwen_ui.engine.batching import Batch, Sequence
 from qwen_ui.engine.generate import CachePool, Generation, Prompt, SamplingOptions, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn, messages
 from qwen_ui.engine.prefill_graphs import PrefillGraphs
@@ -222,3 +223,53 @@ def test_the_staged_prefill_adds_the_deepstack_features(pair: tuple[Loaded, Any]
     torch.testing.assert_close(logits["staged"], logits["eager"], atol=tolerance, rtol=0)
     if exact:  # (in bf16 the tiny model's DeepStack effect is within a few rounding steps)
         assert (logits["zero"] - logits["eager"]).abs().max() > 10 * tolerance
+
+
+@pytest.mark.parametrize("revision", ["plain", "awq"])
+def test_a_batch_gives_each_prompt_the_tokens_it_gets_alone(
+    store: ModelStore, revision: str
+) -> None:
+    """Continuous batching (the engine's default path) on Qwen3-VL: prompts with and
+    without images, entering together and one after another, each get the greedy tokens of
+    the single-request loop (itself pinned to ``generate`` above)."""
+    loaded = Pipelines(
+        store, ModelSpec(MODEL, revision, "cpu", 3136, 128 * 128), EngineStatus()
+    ).load()
+    model, stops = loaded.language.model, frozenset(loaded.language.stop_ids)
+    prompts = [
+        loaded.language.build_prompt(turns, [loaded.vision.encode(i) for i in images(count)])
+        for turns, count in [*CASES, ([Turn("Describe a square.", 0)], 0)]
+    ]
+    got: dict[int, list[int]] = {i: [] for i in range(len(prompts))}
+
+    def make(entrants: list[int]) -> list[Sequence]:
+        return [
+            Sequence(
+                prompts[i],
+                SamplingOptions(NEW_TOKENS),
+                stops,
+                got[i].append,
+                lambda _outcome: None,
+                reraise,
+                lambda: False,
+            )
+            for i in entrants
+        ]
+
+    batch: Batch[int] = Batch(8, make, lambda: model)
+    for i in (0, 3, 1):
+        batch.enter(i)
+    batch.step()
+    batch.step()
+    batch.enter(2)  # joins a running batch
+    steps = 0
+    while batch.busy and steps < 1000:
+        batch.step()
+        steps += 1
+    for i, prompt in enumerate(prompts):
+        alone, _ = engine_tokens(loaded, prompt, "eager")
+        assert got[i] == alone and len(alone) > 0, i
+
+
+def reraise(error: BaseException) -> None:
+    raise error

@@ -225,13 +225,14 @@ def test_the_staged_prefill_adds_the_deepstack_features(pair: tuple[Loaded, Any]
         assert (logits["zero"] - logits["eager"]).abs().max() > 10 * tolerance
 
 
-@pytest.mark.parametrize("revision", ["plain", "awq"])
+@pytest.mark.parametrize(("revision", "chunk"), [("plain", 0), ("awq", 0), ("plain", 16)])
 def test_a_batch_gives_each_prompt_the_tokens_it_gets_alone(
-    store: ModelStore, revision: str
+    store: ModelStore, revision: str, chunk: int
 ) -> None:
     """Continuous batching (the engine's default path) on Qwen3-VL: prompts with and
-    without images, entering together and one after another, each get the greedy tokens of
-    the single-request loop (itself pinned to ``generate`` above)."""
+    without images, prefilled together with their DeepStack features (in chunks of
+    ``chunk`` columns too), entering together and one after another, each get the greedy
+    tokens of the single-request loop (itself pinned to ``generate`` above)."""
     loaded = Pipelines(
         store, ModelSpec(MODEL, revision, "cpu", 3136, 128 * 128), EngineStatus()
     ).load()
@@ -256,7 +257,7 @@ def test_a_batch_gives_each_prompt_the_tokens_it_gets_alone(
             for i in entrants
         ]
 
-    batch: Batch[int] = Batch(8, make, lambda: model)
+    batch: Batch[int] = Batch(8, make, lambda: model, prefill_tokens=chunk)
     for i in (0, 3, 1):
         batch.enter(i)
     batch.step()

@@ -1,4 +1,5 @@
-"""``qwen-ui models …``: install, resolve, verify, list, gc, remove, adopt, fetch, root.
+"""``qwen-ui models …``: install, resolve, verify, list, gc, remove, adopt, fetch, root;
+activate, reload and served talk to a running server (:mod:`qwen_ui.cli.switch`).
 
 The store root is ``--model-dir``, else ``QWEN_UI_MODEL_DIR``, else ``QWEN_UI_HOME/models``
 (the same derivation the server uses). Errors print one line and exit 2; ``verify`` exits
@@ -16,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from qwen_ui.cli import switch
 from qwen_ui.errors import FetchError, ModelCorrupt, QwenUIError, StoreError
 from qwen_ui.store import DEFAULT_REVISION, InstallReport, ModelStore, fetch
 from qwen_ui.store.model_store import ProgressFn, human_size
@@ -151,6 +153,8 @@ def register(sub: Any) -> None:
         help="install the shipped shapes demo model (revisions bf16 and awq)",
     )
     p.set_defaults(func=cmd_install_demo)
+
+    switch.register(cmds)  # activate, reload, served: against a running server
 
 
 def open_store(args: argparse.Namespace) -> ModelStore:

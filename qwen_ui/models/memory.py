@@ -60,6 +60,7 @@ class WeightLedger:
         self.controller = controller
         self.limit = weights_limit(settings, where)
         self._counted: dict[int, Counted] = {}  # by the served model's key
+        self._shapes: dict[int, ModelShape] = {}  # told before the model was counted
 
     def estimate(self, checkpoint: int) -> int:
         """What ``checkpoint`` bytes of weights are counted as before any measurement."""
@@ -75,16 +76,19 @@ class WeightLedger:
         return self.limit is None or self.total + nbytes <= self.limit
 
     def add(self, key: int, nbytes: int) -> None:
-        self._counted[key] = Counted(nbytes)
+        self._counted[key] = Counted(nbytes, shape=self._shapes.get(key))
         self._apply()
 
     def remove(self, key: int) -> None:
+        self._shapes.pop(key, None)
         if self._counted.pop(key, None) is not None:
             self._apply()
 
     def observed(self, key: int, facts: ModelFacts | None, resident: int | None) -> None:
         """A served model's facts (its shape) and, once loaded on CUDA, the device's
         resident bytes; trusted as its weights only when no other model is counted."""
+        if facts is not None:
+            self._shapes[key] = facts.shape
         counted = self._counted.get(key)
         if counted is None:
             return

@@ -1,11 +1,12 @@
 """Re-reading the model list while serving: ``SIGHUP`` and ``POST /admin/models/reload``.
 
-With ``QWEN_UI_SETTINGS_FILE`` (e.g. the systemd ``EnvironmentFile``), the file's model
-list replaces the served one: ``QWEN_UI_MODELS``, else ``QWEN_UI_MODEL_ID`` and
-``QWEN_UI_MODEL_REVISION``; the file wins over the process environment, which still holds
-the values of the start. Without it the same models are kept. Either way every store ref
-is read again, so a ref moved by ``qwen-ui models install`` or ``scripts/cache_model.sh``
-is served from its new snapshot. Other settings in the file take a restart.
+With ``QWEN_UI_SETTINGS_FILE`` (e.g. the systemd ``EnvironmentFile``) and the local
+engine, the file's model list replaces the served one: ``QWEN_UI_MODELS``, else
+``QWEN_UI_MODEL_ID`` and ``QWEN_UI_MODEL_REVISION``. The file wins over the process
+environment, which still holds the values of the start. Without the file the same models
+are kept. Either way every store ref is read again, so a ref moved by ``qwen-ui models
+install`` or ``scripts/cache_model.sh`` is served from its new snapshot. Other settings in
+the file take a restart.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def models_in_file(path: Path) -> tuple[str, ...]:
 async def reload_models(settings: Settings, registry: ModelRegistry) -> dict[str, Any]:
     """Offer the settings file's models (or the same ones), every ref read again."""
     names = None
-    if settings.settings_file is not None:
+    if settings.settings_file is not None and not registry.remote:
         names = await asyncio.to_thread(models_in_file, settings.settings_file)
     return await registry.reload(names)
 

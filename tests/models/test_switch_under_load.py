@@ -103,7 +103,9 @@ def activate(server: ServerProcess, model: str) -> subprocess.CompletedProcess[s
     )
 
 
-async def load_with_a_switch(server: ServerProcess, cookies: httpx.Cookies) -> tuple:  # type: ignore[type-arg]
+async def load_with_a_switch(
+    server: ServerProcess, cookies: httpx.Cookies
+) -> tuple[list[Outcome], list[float]]:
     image = scene_png()
     outcomes: list[Outcome] = []
     switched = asyncio.Event()

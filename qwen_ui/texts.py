@@ -77,6 +77,10 @@ TEXT: dict[str, dict[Lang, str]] = {
         "en": "No image was used for this answer.",
         "zh": "这个回答没有参考任何图片。",
     },
+    "model_auto": {
+        "en": "Automatic: the conversation's model, else {default}",
+        "zh": "自动：沿用本对话的模型，否则使用 {default}",
+    },
     # --- the login and logout pages -------------------------------------------------
     "login_page_title": {"en": "Log in · qwen-ui", "zh": "登录 · qwen-ui"},
     "login_heading": {"en": "Log in", "zh": "登录"},

@@ -26,7 +26,7 @@ from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
-from qwen_ui.engine.status import EngineState
+from qwen_ui.engine.status import EngineState, EngineStatus
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import maybe_services, services_of
 from qwen_ui.settings import Settings
@@ -41,6 +41,7 @@ from qwen_ui.web.history import (
     store_of,
 )
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
+from qwen_ui.web.model_picker import build_model_picker, picker_update
 from qwen_ui.web.oss_panel import build_oss_panel
 
 log = logging.getLogger(__name__)
@@ -56,21 +57,32 @@ def status_markdown(app: FastAPI, lang: Lang) -> str:
     """What exists right now: the configured model, whether it is installed, engine state."""
     services = services_of(app)
     settings, engine = services.settings, services.status
-    installed = services.store.is_installed(settings.model_id, settings.model_revision)
-    state_text = t(f"engine_{engine.state.value}", lang)
-    if engine.state is EngineState.FAILED and engine.reason:
-        state_text += f": {engine.reason}"
+    model_id, _, revision = services.models.default.name.partition("@")  # the default now
+    installed = services.store.is_installed(model_id, revision)
+    state_text = _model_state(engine, lang)
     lines = [
-        f"**{t('model', lang)}:** `{settings.model_id}` · {t('revision', lang)} "
-        f"`{settings.model_revision}` · {t('installed' if installed else 'not_installed', lang)}",
+        f"**{t('model', lang)}:** `{model_id}` · {t('revision', lang)} "
+        f"`{revision}` · {t('installed' if installed else 'not_installed', lang)}",
         f"**{t('engine', lang)}:** {state_text}",
     ]
+    if len(services.models.names) > 1:  # each offered model's state
+        states = [
+            f"`{e.name}` {_model_state(e.status, lang)}" for e in services.models.entries.values()
+        ]
+        lines[1] = f"**{t('engine', lang)}:** " + " · ".join(states)
     if settings.engine == "openai":  # answered by a remote model server
         host = urlsplit(settings.remote_base_url).netloc
         lines[0] = f"**{t('model', lang)}:** `{settings.remote_model}` · {host}"
     if not services.answering:
         lines.append(f"\n{t('no_engine', lang)}")
     return "\n\n".join(lines)
+
+
+def _model_state(status: EngineStatus, lang: Lang) -> str:
+    text = t(f"engine_{status.state.value}", lang)
+    if status.state is EngineState.FAILED and status.reason:
+        text += f": {status.reason}"
+    return text
 
 
 def progress_html(fraction: float, label: str = "") -> str:
@@ -151,13 +163,14 @@ class Page:
     stop: gr.Button
     new_chat: gr.Button
     examples: dict[str, Any] = field(default_factory=dict)  # per language (demo model)
+    model: Any = None  # the model picker (qwen_ui.web.model_picker)
 
     @property
     def texts(self) -> list[Any]:
         """What a language change relabels."""
         fixed = [self.header, self.picker, self.status, self.chat, self.question, self.stop]
         fixed += [self.new_chat, self.logout, self.demo_note, *self.examples.values()]
-        return [*fixed, self.history, self.title_box, self.rename, self.delete]
+        return [*fixed, self.history, self.title_box, self.rename, self.delete, self.model]
 
     @property
     def listed(self) -> list[Any]:
@@ -221,6 +234,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
             LANG_CHOICES, value="en", label=t("language", "en"), scale=0, elem_id="qwen-lang"
         )
     status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
+    model = build_model_picker(settings)
     demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
     chat = gr.Chatbot(
         label=t("chat", "en"),
@@ -260,6 +274,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         stop=stop,
         new_chat=new_chat,
         examples=examples,
+        model=model,
     )
 
 
@@ -367,11 +382,18 @@ class Handlers:
         history: Messages | None,
         conversation_id: str | None,
         current: Lang,
+        model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
-        views = answer(self.app, message, history, conversation_id, current, request, self.controls)
+        views = answer(
+            self.app, message, history, conversation_id, current, request, self.controls, model
+        )
         async for view in views:
             yield self.page.of(view)
+
+    def on_model(self, chosen: str, current: Lang) -> dict[Any, Any]:
+        """The picked model's scope note under the picker."""
+        return {self.page.model: picker_update(services_of(self.app), current, chosen)}
 
     def on_stop(self, request: gr.Request) -> None:
         self.controls.request(str(request.session_hash), "stop")
@@ -410,7 +432,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     page.question.submit(_show_stop, None, [page.stop], queue=False, **private)
     submitted = page.question.submit(
         on.on_submit,
-        [page.question, page.chat, page.conversation, page.lang],
+        [page.question, page.chat, page.conversation, page.lang, page.model],
         page.answered,
         api_visibility="undocumented",
         concurrency_limit=None,
@@ -424,6 +446,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
         on.on_new_chat, None, [page.chat, page.question, page.conversation, page.progress], **free
     ).then(on.on_listing, [page.lang, page.conversation], page.listed, **private)
     page.history.input(on.on_open, [page.history, page.lang], page.shown, **private)
+    page.model.input(on.on_model, [page.model, page.lang], [page.model], **private)
     renaming = [page.conversation, page.title_box, page.lang]
     page.rename.click(on.on_rename, renaming, page.listed, **private)
     page.title_box.submit(on.on_rename, renaming, page.listed, **private)
@@ -484,6 +507,7 @@ async def answer(
     lang: Lang,
     request: gr.Request,
     controls: Controls | None = None,
+    model: str | None = None,
 ) -> AsyncIterator[ChatView]:
     """The submit handler's updates after every event; the status line is re-read when a
     stage changes, not on every token."""
@@ -492,7 +516,14 @@ async def answer(
     controls.begin(session)
     try:
         async for update in _answer(
-            app, message, history, conversation_id, lang, request, lambda: controls.take(session)
+            app,
+            message,
+            history,
+            conversation_id,
+            lang,
+            request,
+            lambda: controls.take(session),
+            model or None,
         ):
             yield update
     finally:
@@ -507,6 +538,7 @@ async def _answer(
     lang: Lang,
     request: gr.Request,
     control: Callable[[], str | None],
+    model: str | None = None,
 ) -> AsyncIterator[ChatView]:
     text = str((message or {}).get("text") or "")
     files = [_path_of(f) for f in (message or {}).get("files") or []]
@@ -540,7 +572,7 @@ async def _answer(
             conversation_id=conversation_id,
             lang=lang,
         )
-        async with aclosing(ask_as(services_of(app), principal, ask)) as events:
+        async with aclosing(ask_as(services_of(app), principal, ask, model)) as events:
             async for event in events:
                 _apply(event, stage, reply, lang)
                 attached = attached or _attached(event)
@@ -756,4 +788,5 @@ def _relabel(app: FastAPI, page: Page, lang: Lang, who: str) -> dict[Any, Any]:
         page.title_box: gr.update(label=t("title_label", lang)),
         page.rename: gr.update(value=t("rename", lang)),
         page.delete: gr.update(value=t("delete", lang)),
+        page.model: picker_update(services_of(app), lang),
     }

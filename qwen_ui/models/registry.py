@@ -171,7 +171,7 @@ class ModelRegistry:
 
     async def _idle(self, served: Served) -> None:
         if served.retired and not served.closed:
-            await self._close(served)
+            self._spawn(self._close(served))  # its last request has finished
         async with self._changed:
             self._changed.notify_all()
 
@@ -184,7 +184,6 @@ class ModelRegistry:
         async with self._room:
             if served.counted:
                 return
-            entry = self.entries.get(served.name)
             ref = ModelRef.parse(served.name)
             snapshot_id, checkpoint = await asyncio.to_thread(self.host.snapshot, ref)
             served.snapshot_id = served.snapshot_id or snapshot_id
@@ -192,8 +191,6 @@ class ModelRegistry:
             await self._free(served, need, report)
             self.ledger.add(served.key, need)
             served.counted = True
-            if entry is not None and entry.current is not served:
-                log.info("model %s counted for a retired engine", served.name)
 
     async def _free(self, served: Served, need: int, report: Report | None) -> None:
         assert self.ledger is not None
@@ -229,11 +226,21 @@ class ModelRegistry:
         return [*current, *self.draining]
 
     async def _close(self, served: Served) -> None:
-        """Stop ``served``'s engine and uncount its weights (it holds no request)."""
+        """Stop ``served``'s engine and uncount its weights (it holds no request); the
+        bookkeeping happens even when the caller is cancelled meanwhile."""
         if served.closed:
             return
         served.closed = True
-        await served.engine.close()
+        try:
+            await asyncio.shield(served.engine.close())
+        finally:
+            self._forget(served)
+        log.info("model %s unloaded", served.name)
+        self._spawn(self._release())
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _forget(self, served: Served) -> None:
         if self.ledger is not None:
             self.ledger.remove(served.key)
         if served in self.draining:
@@ -242,10 +249,6 @@ class ModelRegistry:
         entry = self.entries.get(served.name)
         if entry is not None and entry.current is served:
             entry.current = None
-        log.info("model %s unloaded", served.name)
-        self._spawn(self._release())
-        async with self._changed:
-            self._changed.notify_all()
 
     # --- switching ---------------------------------------------------------------------
     async def activate(self, model: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ small weights budget, busy models never unloaded, switching and moved refs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 import pytest
@@ -88,6 +88,12 @@ def registry(
     ledger = WeightLedger(settings, placement(settings), line)
     routes = ConversationModels(MemoryState(), 3600)
     return ModelRegistry(names, host, ledger, routes, wait_s)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 def question(conversation: str | None = None) -> AskRequest:
@@ -188,8 +194,8 @@ async def test_activate_replaces_a_revision_and_drains_the_old_engine(tmp_path: 
     assert (await answer(models, question())).model == a2  # new requests: the new default
     old.gate.set()
     assert (await running).model == A  # finished where it started
-    await asyncio.sleep(0)
-    assert old.closed and all(row["model"] != A for row in models.health())
+    await until(lambda: all(row["model"] != A for row in models.health()))
+    assert old.closed
 
 
 async def test_activate_refuses_what_is_not_installed_or_not_a_ref(tmp_path: Path) -> None:

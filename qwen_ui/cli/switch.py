@@ -15,8 +15,6 @@ import json
 import sys
 from typing import Any
 
-import httpx
-
 from qwen_ui.settings import Settings
 
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 (names, nothing binds here)
@@ -78,6 +76,8 @@ def base_url(settings: Settings, url: str | None) -> str:
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any) -> int:
+    import httpx  # here: every qwen-ui command builds this parser, `serve` must start fast
+
     settings = Settings()
     if settings.admin_token is None:
         print("error: set QWEN_UI_ADMIN_TOKEN to the server's admin token", file=sys.stderr)

@@ -33,6 +33,7 @@ from qwen_ui.errors import NotStarted
 from qwen_ui.metrics import Metrics
 from qwen_ui.models.host import EngineHost
 from qwen_ui.models.memory import WeightLedger
+from qwen_ui.models.metrics import ModelsCollector
 from qwen_ui.models.registry import ModelRegistry
 from qwen_ui.models.routes import ConversationModels
 from qwen_ui.settings import Settings
@@ -105,6 +106,7 @@ class Services:
             raise
         models = build_registry(settings, store, state, metrics, auth)
         metrics.watch_engine(lambda: models.default.status)
+        metrics.registry.register(ModelsCollector(models.health))
         conversations = ConversationStore(
             state, settings.conversation_ttl_s, settings.conversations_per_user
         )

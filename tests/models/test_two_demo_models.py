@@ -78,6 +78,9 @@ def test_two_revisions_answer_by_name_and_report_their_state(client: TestClient)
     assert states(client) == {BF16: "ready", AWQ: "ready"}
     body = client.get("/healthz").json()
     assert (body["model"], body["revision"]) == (DEMO_MODEL_ID, "bf16")  # the default
+    metrics = client.get("/metrics").text
+    assert f'qwen_ui_model_state{{model="{AWQ}",state="ready"}} 1.0' in metrics
+    assert f'qwen_ui_model_requests_in_flight{{model="{BF16}"}} 0.0' in metrics
 
 
 def test_an_unknown_model_is_a_typed_400_in_both_languages(client: TestClient) -> None:

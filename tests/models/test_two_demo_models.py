@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from qwen_ui.demo import scenes
 from qwen_ui.demo.install import weights_dir
 from qwen_ui.models.memory import checkpoint_bytes
 from qwen_ui.server import create_app
+from qwen_ui.services import services_of
 from qwen_ui.settings import DEMO_MODEL_ID, Settings
+from qwen_ui.store import ModelStore
 from tests.support.auth import log_in
 
 BF16, AWQ = f"{DEMO_MODEL_ID}@bf16", f"{DEMO_MODEL_ID}@awq"
@@ -136,3 +139,26 @@ def test_only_one_fits_the_least_recently_used_idle_one_is_unloaded(tmp_path: Pa
         assert states(client) == {BF16: "not_loaded", AWQ: "ready"}
         assert done_of(ask(client, BF16))["model"] == BF16
         assert states(client) == {BF16: "ready", AWQ: "not_loaded"}
+
+
+def test_a_ref_moved_by_models_install_is_served_after_a_reload(tmp_path: Path) -> None:
+    """``qwen-ui models install`` points bf16 at new files; the next question after
+    ``POST /admin/models/reload`` is answered from them by a new engine."""
+    changed = tmp_path / "bf16-v2"
+    shutil.copytree(weights_dir("bf16"), changed)
+    facts = json.loads((changed / "qwen_ui.json").read_text())
+    (changed / "qwen_ui.json").write_text(json.dumps({**facts, "scope": {"en": "v2", "zh": "v2"}}))
+    token = "reload-token-91c2"
+    for client in served(tmp_path / "home", max_new_tokens=4, admin_token=token):
+        assert done_of(ask(client))["model"] == BF16
+        services = services_of(client.app)
+        first = services.models.entries[BF16].current
+        assert first is not None and first.snapshot_id is not None
+        new = ModelStore(services.settings.model_path).install(changed, DEMO_MODEL_ID, "bf16")
+        headers = {"Authorization": f"Bearer {token}"}
+        response = client.post("/admin/models/reload", headers=headers)
+        assert response.status_code == 200 and response.json()["moved"] == [BF16]
+        assert done_of(ask(client))["model"] == BF16
+        second = services.models.entries[BF16].current
+        assert second is not None and second is not first and second.snapshot_id == new.id
+        assert first.closed

@@ -201,7 +201,7 @@ class ModelRegistry:
                 log.info("unloading %s (least recently used) to load %s", victim.name, served.name)
                 await self._close(victim)
                 continue
-            if not any(s.counted and not s.closed for s in self._all() if s is not served):
+            if self.ledger.total == 0:  # nothing else holds memory: it never fits
                 limit = self.ledger.limit or 0
                 raise ModelNeverFits(
                     model=served.name, needed=human_bytes(need), limit=human_bytes(limit)

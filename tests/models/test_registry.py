@@ -217,3 +217,13 @@ async def test_reload_serves_a_moved_ref_from_a_new_engine(tmp_path: Path) -> No
     assert report["moved"] == [A]
     await answer(models, question())
     assert first.closed and len(host.live(A)) == 1 and host.live(A)[0] is not first
+
+
+async def test_a_replaced_idle_revision_makes_room_for_its_successor(tmp_path: Path) -> None:
+    a2 = "acme/a@v2"
+    host = FakeHost({A: 6 * MB, a2: 6 * MB})
+    models = registry(tmp_path, [A], host, limit_mb=8)  # one revision at a time
+    await answer(models, question())
+    await models.activate(a2)  # A is idle: closed while a2 loads in the background
+    assert (await answer(models, question())).model == a2
+    assert host.live(A) == [] and models.ledger is not None and models.ledger.total == 6 * MB

@@ -155,6 +155,27 @@ class Settings(BaseSettings):
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "
         "MLP's gate/up (Qwen2-VL, Qwen2.5-VL), seven kernel calls per layer become four.",
     )
+    max_batch: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Most requests the worker answers at once (continuous batching): "
+        "newcomers join the running batch between decode steps, their images encoded and "
+        "their prompts prefilled together, and each decode step is one forward call over "
+        "the batch's shared KV cache. 1 = one request at a time through the single-request "
+        "decode loop, the only one decode_mode, compile_decode and prefill_graph_rows "
+        "apply to.",
+    )
+    batch_prefill_tokens: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="With max_batch > 1: the most prompt positions (of all newcomers "
+        "together, padded to the longest) prefilled between two decode steps of the "
+        "running batch; a longer prefill continues at the next steps, so running answers "
+        "pause for at most that much prefill while newcomers wait longer for their first "
+        "token. 0 = each prefill in one pass.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,
@@ -165,7 +186,9 @@ class Settings(BaseSettings):
     compile_decode: bool = Field(
         False,
         description="With a static cache on CUDA, run the decode step through torch.compile "
-        "(mode='reduce-overhead', CUDA graphs); ignored on the CPU.",
+        "(mode='reduce-overhead', CUDA graphs); with max_batch > 1, replay the batch's "
+        "decode step from CUDA graphs recorded per batch-size bucket (1, 2, 4, 8, ...; the "
+        "first step at a size records it). Ignored on the CPU.",
     )
     prefill_graph_rows: int = Field(
         0,

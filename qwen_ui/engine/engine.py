@@ -31,8 +31,18 @@ from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.answering import (
+    Answering,
+    Encoded,
+    Entrant,
+    Plan,
+    PromptImage,
+    WorkResult,
+    prepare,
+)
+from qwen_ui.engine.batching import Batch
+from qwen_ui.engine.batching import Sequence as BatchSequence
 from qwen_ui.engine.box_mapping import locate_answer
-from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import (
     Conversation,
@@ -41,7 +51,6 @@ from qwen_ui.engine.conversations import (
     new_id,
     owner_of,
 )
-from qwen_ui.engine.detokenize import TextStream
 from qwen_ui.engine.errors import (
     SEED_MAX,
     AnswerFailed,
@@ -50,7 +59,7 @@ from qwen_ui.engine.errors import (
     NoQuestion,
     QuestionTooLong,
 )
-from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
+from qwen_ui.engine.events import Done, Event, Failed, Stage
 from qwen_ui.engine.facts import ServedModel, placement, read_model
 from qwen_ui.engine.generate import (
     CachePool,
@@ -114,38 +123,6 @@ class AskRequest:
     @property
     def owner(self) -> str:
         return owner_of(self.tenant, self.user)
-
-
-@dataclass(frozen=True)
-class PromptImage:
-    """An image of the prompt: its cache key, and either its embedding or its pixels."""
-
-    key: CacheKey
-    embedding: Embedding | None
-    image: Image.Image | None
-    tier: str  # "memory", "redis" or "miss"
-    number: int = 0  # 1-based place in the conversation
-
-
-@dataclass(frozen=True)
-class Plan:
-    turns: list[Turn]
-    images: list[PromptImage]
-    sampling: SamplingOptions
-    started: float
-    total_images: int = 0  # images in the whole conversation (stage labels count them)
-
-
-@dataclass
-class WorkResult:
-    answer: str
-    outcome: Outcome
-    prompt_tokens: int
-    new_embeddings: list[tuple[CacheKey, Embedding]]
-    timings: dict[str, float]
-    grids: list[tuple[int, int, int]] = field(default_factory=list)  # the prompt's images
-    family: Family | None = None  # the model's box format
-    patch: int = 14  # the vision tower's patch side in pixels
 
 
 class QueueReport(Protocol):
@@ -276,7 +253,17 @@ class Engine:
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
-        self.worker = Worker()
+        self.batch: Batch[Entrant] | None = None
+        if settings.max_batch > 1:  # continuous batching; else one request at a time
+            self.batch = Batch(
+                settings.max_batch,
+                self._prepare,
+                lambda: self.pipelines.language().model,
+                settings.static_cache_pool_bytes,
+                graphs=settings.compile_decode,
+                prefill_tokens=settings.batch_prefill_tokens,
+            )
+        self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None
         image_checks.raise_pil_guard(settings.max_image_pixels)
 
@@ -335,7 +322,8 @@ class Engine:
             async with EnteredAdmission(reservation, events) as waiting:
                 async for event in waiting:
                     yield event
-                job = self.worker.submit(lambda j: self._work(j, plan))
+                work = self._work if self.batch is None else self._join
+                job = self.worker.submit(lambda j: work(j, plan))
                 async for event in job.events():
                     yield event
             result = job.result
@@ -487,12 +475,16 @@ class Engine:
 
     async def _tell_resident(self, admission: Admission) -> None:
         """Measure the weights on the worker between two jobs (no request's activations
-        are counted), once they are loaded (CUDA only)."""
+        are counted; nor the continuous batch's slot cache, whose sequences admission
+        holds reservations for), once they are loaded (CUDA only)."""
         if self._resident_told or self.placement.device != "cuda":
             return
         if not self.pipelines.is_loaded:
             return
-        job = self.worker.submit(lambda _job: int(torch.cuda.memory_allocated()))
+        batch = self.batch
+        job = self.worker.submit(
+            lambda _job: int(torch.cuda.memory_allocated()) - (batch.cache.nbytes if batch else 0)
+        )
         async for _ in job.events():
             pass
         self._resident_told = True
@@ -620,50 +612,43 @@ class Engine:
         d = self._decoder
         return Generation(model, prompt, sampling, "static", d.pool, d.step, d.graphs)
 
-    def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
-        timings: dict[str, float] = {}
+    def _load(self, job: Job[WorkResult], timings: dict[str, float]) -> None:
         if not self.pipelines.is_loaded:
             job.emit(Stage.at("loading_model"))
             t0 = time.perf_counter()
             self.pipelines.load()
             timings["loading_model"] = round(time.perf_counter() - t0, 4)
+
+    def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
+        """One request alone, from encoding to its last token (``max_batch`` = 1)."""
+        timings: dict[str, float] = {}
+        self._load(job, timings)
         encoded = self._encode(job, plan, timings)
         if encoded is None:
             return WorkResult("", Outcome([], "cancelled"), 0, [], timings)
-        embeddings, fresh = encoded
         language = self.pipelines.language()
-        prompt = language.build_prompt(plan.turns, embeddings)
+        prompt = language.build_prompt(plan.turns, encoded[0])
         job.emit(Stage.at("answering", prompt_tokens=prompt.length))
         generation = self._generation(language.model, prompt, plan.sampling)
-        stream = TextStream(language.decode)
-        t0 = time.perf_counter()
-        first: list[float] = []
+        answer = Answering(job, plan, language, prompt.length, encoded, timings)
+        outcome = run(generation, language.stop_ids, answer.on_token, job.cancelled)
+        return answer.result(outcome)
 
-        def on_token(token: int) -> None:
-            if not first:
-                first.append(time.perf_counter())
-            text = stream.push(token)
-            count = len(stream.tokens)
-            job.emit(Token(text, count, answering_progress(count, plan.sampling.max_new_tokens)))
+    def _join(self, job: Job[WorkResult], plan: Plan) -> None:
+        """Hand the request to the continuous batch, which ends the job: it is encoded and
+        prefilled with the other newcomers at the next step boundary."""
+        assert self.batch is not None
+        timings: dict[str, float] = {}
+        self._load(job, timings)
+        self.batch.enter(Entrant(job, plan, timings))
+        job.defer()
 
-        outcome = run(generation, language.stop_ids, on_token, job.cancelled)
-        end = time.perf_counter()
-        if rest := stream.flush():
-            count = len(stream.tokens)
-            job.emit(Token(rest, count, answering_progress(count, plan.sampling.max_new_tokens)))
-        if first:
-            timings["prefill"] = round(first[0] - t0, 4)
-            timings["decode"] = round(end - first[0], 4)
-            timings["ttft"] = round(first[0] - plan.started, 4)
-        grids = [e.grid_thw for e in embeddings]
-        answer = stream.text()
-        return WorkResult(
-            answer, outcome, prompt.length, fresh, timings, grids, language.family, language.patch
-        )
+    def _prepare(self, entrants: list[Entrant]) -> list[BatchSequence]:
+        return prepare(entrants, self.pipelines.vision(), self.pipelines.language(), self.cache)
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]
-    ) -> tuple[list[Embedding], list[tuple[CacheKey, Embedding]]] | None:
+    ) -> Encoded | None:
         vision = self.pipelines.vision()
         embeddings: list[Embedding] = []
         fresh: list[tuple[CacheKey, Embedding]] = []

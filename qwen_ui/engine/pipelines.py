@@ -96,6 +96,8 @@ class VisionPipeline:
             f"min={low},max={high},"
             f"patch={self.image_processor.patch_size},merge={self.image_processor.merge_size}"
         )
+        vision_config = getattr(model.config, "vision_config", None)
+        self.deepstack = bool(getattr(vision_config, "deepstack_visual_indexes", None))
 
     @torch.inference_mode()
     def encode(self, image: Image.Image) -> Embedding:
@@ -110,6 +112,23 @@ class VisionPipeline:
         if deepstack:
             stacked = torch.stack([layer[0].detach() for layer in deepstack]).to("cpu")
         return Embedding(features, (t, h, w), stacked)
+
+    @torch.inference_mode()
+    def encode_many(self, images: Sequence[Image.Image]) -> list[Embedding]:
+        """The embeddings of several images (several requests' too) from one pass of the
+        vision tower, which attends within each image; one image at a time for towers
+        with deepstack features (Qwen3-VL)."""
+        if len(images) <= 1 or self.deepstack:
+            return [self.encode(image) for image in images]
+        batch = self.image_processor(images=list(images), size=self.size, return_tensors="pt")
+        grid = batch["image_grid_thw"].to(self.device)
+        pixels = batch["pixel_values"].to(self.device)
+        out = self.model.model.get_image_features(pixels, grid, return_dict=True)
+        grids = [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
+        return [
+            Embedding(features.detach().to("cpu"), thw, None)
+            for features, thw in zip(out.pooler_output, grids, strict=True)
+        ]
 
 
 def pixel_bounds(image_processor: Any, low: int, high: int) -> tuple[int, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import json
 import logging
 import time
 import uuid
@@ -60,7 +59,7 @@ from qwen_ui.engine.errors import (
     QuestionTooLong,
 )
 from qwen_ui.engine.events import Done, Event, Failed, Stage
-from qwen_ui.engine.facts import ServedModel, placement, read_model
+from qwen_ui.engine.facts import Declared, ServedModel, placement, read_declared, read_model
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -82,8 +81,6 @@ from qwen_ui.settings import Settings
 from qwen_ui.state import State
 
 log = logging.getLogger(__name__)
-
-MODEL_FACTS = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
 
 
 @dataclass(frozen=True)
@@ -245,7 +242,7 @@ class Engine:
         )
         self.metrics = metrics or EngineMetrics()
         self.admission = admission
-        self._text_only: dict[str, bool] = {}  # per snapshot id: answers without images
+        self._declared: dict[str, Declared] = {}  # per snapshot id: its qwen_ui.json
         self.placement = placement(settings)
         self._served: ServedModel | None = None
         self._served_lock = asyncio.Lock()
@@ -305,10 +302,13 @@ class Engine:
                 kept = conversation.id
             if not question:
                 raise NoQuestion()
-            if not checked and not conversation.images and not await self._answers_without_images():
+            declared = await self._declared_facts()
+            if not checked and not conversation.images and not declared.answers_without_images:
                 raise NoImage()
             history = await self._history(request, conversation, len(checked))
-            turns = _turns(history, question, len(history.earlier) + len(checked))
+            total = len(conversation.images) + (len(checked) if stateless else 0)
+            new = len(history.earlier) + len(checked)
+            turns = _turns(history, question, new, total if declared.vision_ids else 0)
             fit = await self._fit(request, turns, history, checked, sampling)
             if fit.max_pixels is not None:
                 checked = await asyncio.to_thread(
@@ -316,7 +316,7 @@ class Engine:
                 )
                 yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
             plan = await self._plan(request, turns, history, checked, sampling, start)
-            plan = _numbered(plan, len(conversation.images))
+            plan = _numbered(plan, total)
             events: asyncio.Queue[Event] = asyncio.Queue()
             reservation = self._reserve(request.tenant, fit, events)
             async with EnteredAdmission(reservation, events) as waiting:
@@ -358,19 +358,14 @@ class Engine:
     async def _conversation(self, request: AskRequest) -> Conversation:
         return await conversation_of(self.conversations, request)
 
-    async def _answers_without_images(self) -> bool:
-        """A fact of the model: ``qwen_ui.json`` beside its weights may say
-        ``{"answers_without_images": false}`` (the demo model); production Qwen models can."""
+    async def _declared_facts(self) -> Declared:
+        """What the model's ``qwen_ui.json`` declares (whether it answers without images,
+        whether its prompt labels images), read once per snapshot (it is immutable)."""
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
-        if snapshot.id not in self._text_only:  # a snapshot is immutable: read it once
-            facts = Path(snapshot.path) / MODEL_FACTS
-            try:
-                text = await asyncio.to_thread(facts.read_text, encoding="utf-8")
-            except FileNotFoundError:
-                text = "{}"
-            answers = bool(json.loads(text).get("answers_without_images", True))
-            self._text_only[snapshot.id] = answers
-        return self._text_only[snapshot.id]
+        if snapshot.id not in self._declared:
+            path = Path(snapshot.path)
+            self._declared[snapshot.id] = await asyncio.to_thread(read_declared, path)
+        return self._declared[snapshot.id]
 
     async def _decode(
         self,
@@ -496,7 +491,9 @@ class Engine:
         question = self._question(request.question)
         conversation = await self._conversation(request)
         history = await self._history(request, conversation, len(new_sizes))
-        turns = _turns(history, question, len(new_sizes))
+        total = len(conversation.images) + len(new_sizes)  # the new ones as if attached
+        labelled = (await self._declared_facts()).vision_ids
+        turns = _turns(history, question, len(new_sizes), total if labelled else 0)
         max_new = self._sampling(request.options).max_new_tokens
         return await self._shape(request, turns, history, new_sizes, max_new)
 
@@ -679,10 +676,20 @@ def _numbered(plan: Plan, total: int) -> Plan:
     return replace(plan, images=images, total_images=total)
 
 
-def _turns(history: History, question: str, new_images: int) -> list[Turn]:
-    """The prompt's turns: the kept earlier ones, then the question asked now."""
+def _turns(history: History, question: str, new_images: int, total: int = 0) -> list[Turn]:
+    """The prompt's turns: the kept earlier ones, then the question asked now. With
+    ``total`` (the conversation's images, the prompt holding the latest ones), each turn
+    carries its first image's number for the prompt's labels."""
     turns = [Turn(t.question, len(t.images), t.answer) for t in history.turns]
-    return [*turns, Turn(question, new_images)]
+    turns.append(Turn(question, new_images))
+    if not total:
+        return turns
+    number = total - sum(turn.image_count for turn in turns) + 1
+    numbered = []
+    for turn in turns:
+        numbered.append(replace(turn, first_image=number))
+        number += turn.image_count
+    return numbered
 
 
 def _header_size(data: bytes) -> Size:

@@ -29,9 +29,49 @@ from qwen_ui.engine.shapes import (
     TextShape,
     VisionShape,
 )
+from qwen_ui.lang import LANGS, Lang
 from qwen_ui.settings import Settings
 
 IMAGE_PAD = "<|image_pad|>"
+DECLARED = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a model's ``qwen_ui.json`` declares (a model without the file: the defaults,
+    right for production Qwen models)."""
+
+    answers_without_images: bool = True  # the demo model cannot answer without an image
+    # each image in the prompt is labelled with its number in the conversation
+    # ("Picture 4: " before its vision tokens, as Qwen's chat template does with
+    # add_vision_id); the demo model was trained without labels
+    vision_ids: bool = True
+    # what the model understands, in its own words, per language (the page shows it)
+    scope: dict[Lang, str] | None = None
+
+
+def read_declared(path: Path) -> Declared:
+    """The facts ``path/qwen_ui.json`` declares; unknown keys are ignored."""
+    try:
+        body = json.loads((path / DECLARED).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Declared()
+    return Declared(
+        answers_without_images=bool(body.get("answers_without_images", True)),
+        vision_ids=bool(body.get("vision_ids", True)),
+        scope=_scope_of(body),
+    )
+
+
+def _scope_of(facts: object) -> dict[Lang, str] | None:
+    """The declared scope when it names both languages with some text; else None."""
+    scope = facts.get("scope") if isinstance(facts, dict) else None
+    if not isinstance(scope, dict):
+        return None
+    texts = {lang: scope.get(lang) for lang in LANGS}
+    if not all(isinstance(text, str) and text.strip() for text in texts.values()):
+        return None
+    return {lang: str(texts[lang]).strip() for lang in LANGS}
 
 
 def placement(settings: Settings, device: torch.device | None = None) -> Placement:

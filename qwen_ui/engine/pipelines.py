@@ -70,6 +70,7 @@ class Turn:
     question: str
     image_count: int
     answer: str | None = None  # None: the turn being asked now
+    first_image: int = 0  # the number of its first image in the conversation (0: no labels)
 
 
 def pick_device(wanted: str) -> torch.device:
@@ -200,15 +201,30 @@ def grounding_token_ids(tokenizer: Any) -> dict[int, str]:
     return out
 
 
+VISION_ID = "Picture {number}: "  # the label Qwen's chat template writes with add_vision_id
+
+
 def messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """The turns as chat-template messages; a turn with ``first_image`` labels each of its
+    images with its number in the conversation (the template's own ``add_vision_id``
+    counts from 1 in the prompt, which may hold only the conversation's latest turns)."""
     out: list[dict[str, Any]] = []
     for turn in turns:
-        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(turn.image_count)]
+        content = image_parts(turn)
         content.append({"type": "text", "text": turn.question})
         out.append({"role": "user", "content": content})
         if turn.answer is not None:
             out.append({"role": "assistant", "content": [{"type": "text", "text": turn.answer}]})
     return out
+
+
+def image_parts(turn: Turn) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for i in range(turn.image_count):
+        if turn.first_image:
+            parts.append({"type": "text", "text": VISION_ID.format(number=turn.first_image + i)})
+        parts.append({"type": "image"})
+    return parts
 
 
 def expand_image_ids(ids: Sequence[int], pad_id: int, counts: Sequence[int]) -> list[int]:

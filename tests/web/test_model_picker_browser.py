@@ -44,7 +44,7 @@ def test_pick_the_awq_revision_and_ask(
 ) -> None:
     picker = page.locator("#qwen-model")
     picker.wait_for(state="visible", timeout=30_000)
-    page.wait_for_selector("#qwen-model >> text=/small demo model/", timeout=30_000)  # scope
+    page.wait_for_selector("#qwen-model >> text=/Understands questions/", timeout=30_000)  # scope
     picker.locator("input").click()
     options = page.locator("ul[role=listbox] li")
     options.first.wait_for(timeout=10_000)

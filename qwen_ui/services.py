@@ -90,7 +90,8 @@ class Services:
         cls, settings: Settings, store: ServedStore | None = None, install_demo: bool = False
     ) -> Services:
         """Open the state store, read the tenants, start the engine's worker (the model
-        itself loads on the first question, or now with ``QWEN_UI_PRELOAD``).
+        itself loads on the first question, or now and warmed up with ``preload``, the
+        default on CUDA).
         ``install_demo``: install the shipped demo now when it is the configured model and
         missing (``qwen-ui serve``); otherwise the first question installs it."""
         quiet_oss2_logging()
@@ -111,9 +112,11 @@ class Services:
             state, settings.conversation_ttl_s, settings.conversations_per_user
         )
         services = cls(settings, metrics, store, state, auth, models, conversations)
-        models.current(models.default)  # the default model's engine starts now
-        if settings.preload:
+        engine = models.current(models.default).engine  # the default's, started now
+        if isinstance(engine, Engine) and engine.fast_path.preload:  # load, then warm up
             services._tasks.append(asyncio.create_task(models.preload_default()))
+        elif isinstance(engine, RemoteEngine) and settings.preload is True:
+            services._tasks.append(asyncio.create_task(engine.preload()))
         return services
 
     def watch_uploads(self, folder: Path) -> None:

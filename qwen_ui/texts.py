@@ -38,6 +38,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "not_installed": {"en": "not installed", "zh": "未安装"},
     "engine_idle": {"en": "idle (loads on first question)", "zh": "空闲（首次提问时加载）"},
     "engine_loading": {"en": "loading…", "zh": "加载中……"},
+    "engine_warming": {"en": "warming up…", "zh": "预热中……"},
     "engine_ready": {"en": "ready", "zh": "就绪"},
     "engine_failed": {"en": "failed", "zh": "失败"},
     "no_engine": {
@@ -108,6 +109,8 @@ TEXT: dict[str, dict[Lang, str]] = {
     "label_share": {"en": "Share", "zh": "分享"},
     "label_close": {"en": "Close", "zh": "关闭"},
     "label_remove": {"en": "Remove", "zh": "移除"},
+    "label_retry": {"en": "Answer again", "zh": "重新回答"},
+    "label_edit": {"en": "Edit the question", "zh": "修改问题"},
     "model_auto": {
         "en": "Automatic: the conversation's model, else {default}",
         "zh": "自动：沿用本对话的模型，否则使用 {default}",

@@ -60,6 +60,7 @@ from qwen_ui.engine.errors import (
 )
 from qwen_ui.engine.events import Done, Event, Failed, Stage
 from qwen_ui.engine.facts import Declared, ServedModel, placement, read_declared, read_model
+from qwen_ui.engine.fastpath import fast_path
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -244,6 +245,7 @@ class Engine:
         self.admission = admission
         self._declared: dict[str, Declared] = {}  # per snapshot id: its qwen_ui.json
         self.placement = placement(settings)
+        self.fast_path = fast_path(settings, self.placement.device)  # 'auto' resolved
         self._served: ServedModel | None = None
         self._served_lock = asyncio.Lock()
         self._resident_told = False
@@ -257,7 +259,7 @@ class Engine:
                 self._prepare,
                 lambda: self.pipelines.language().model,
                 settings.static_cache_pool_bytes,
-                graphs=settings.compile_decode,
+                graphs=self.fast_path.compile_decode,
                 prefill_tokens=settings.batch_prefill_tokens,
             )
         self.worker = Worker(stepper=self.batch)
@@ -269,7 +271,8 @@ class Engine:
         self.worker.start()
 
     async def preload(self) -> None:
-        """Load both pipelines now (``QWEN_UI_PRELOAD=1``); failures land in the status."""
+        """Load both pipelines now (:func:`qwen_ui.engine.warmup.start_up` calls this at
+        start-up, then warms up); failures land in the status."""
         job = self.worker.submit(lambda _job: self.pipelines.load())
         try:
             async for _ in job.events():
@@ -725,10 +728,10 @@ class Decoder:
 
     @classmethod
     def build(cls, model: PreTrainedModel, settings: Settings) -> Decoder:
-        cuda = model.device.type == "cuda"
-        step = compiled_step(model) if cuda and settings.compile_decode else None
-        rows = settings.prefill_graph_rows
-        graphs = PrefillGraphs(model, rows) if cuda and rows > 0 else None
+        path = fast_path(settings, model.device.type)
+        step = compiled_step(model) if path.compile_decode else None
+        rows = path.prefill_graph_rows
+        graphs = PrefillGraphs(model, rows) if rows > 0 else None
         return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 

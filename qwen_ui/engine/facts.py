@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import torch
 from transformers import AutoConfig, AutoProcessor
 
 from qwen_ui.engine.awq import awq_settings
-from qwen_ui.engine.generate import CACHE_BUCKET, decode_mode_for
+from qwen_ui.engine.fastpath import fast_path
+from qwen_ui.engine.generate import CACHE_BUCKET
 from qwen_ui.engine.pipelines import Turn, compute_dtype, messages, pick_device, pixel_bounds
 from qwen_ui.engine.prefill_graphs import bucket_rows
 from qwen_ui.engine.shapes import (
@@ -78,15 +79,24 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
     """Where the engine runs (``device``: instead of the settings' choice) and what it
     keeps between requests there."""
     device = device or pick_device(settings.device)
-    static = decode_mode_for(settings.decode_mode, device.type) == "static"
-    rows = settings.prefill_graph_rows
-    graphs = static and device.type == "cuda" and rows > 0
+    path = fast_path(settings, device.type)
+    batch = batch_limit(settings)
+    if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop
+        return Placement(device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode)
+    static = path.decode_mode == "static"
+    rows = path.prefill_graph_rows
     return Placement(
         device=device.type,
         static_decode=static,
         cache_bucket=CACHE_BUCKET if static else 0,
-        graph_rows=bucket_rows(rows) if graphs else 0,
+        graph_rows=bucket_rows(rows) if rows else 0,
     )
+
+
+def batch_limit(settings: Settings) -> int:
+    """``max_batch``: the most requests the worker decodes together (1 where the worker
+    answers one at a time)."""
+    return int(getattr(settings, "max_batch", 1))
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,10 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
         where.cache_bucket,
         settings.prefill_dequant_rows,
         settings.fuse_projections,
+        where.graph_rows,
     )
+    if where.batch_limit > 1:
+        shape = replace(shape, batch_limit=where.batch_limit, batch_graphs=where.batch_graphs)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     facts = ModelFacts(snapshot_id, shape, geometry_of(image_processor, low, high), weights)
     return ServedModel(facts, processor)
@@ -211,6 +224,7 @@ def model_shape(
     cache_bucket: int = 0,
     dequant_rows: int = 0,
     fused_projections: bool = False,
+    graph_rows: int = 0,
 ) -> ModelShape:
     text = text_shape(config)
     awq = awq_settings(config) is not None  # as the engine's loader decides
@@ -224,4 +238,6 @@ def model_shape(
         cache_bucket=cache_bucket,
         dequant_rows=dequant_rows if awq else 0,
         fused_projections=fused_projections and awq,
+        graph_rows=graph_rows,
+        device=device,
     )

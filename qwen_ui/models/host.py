@@ -18,6 +18,7 @@ from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineStatus
+from qwen_ui.engine.warmup import start_up
 from qwen_ui.models.admission import ModelAdmission
 from qwen_ui.models.memory import WeightLedger, checkpoint_bytes
 from qwen_ui.models.refs import ModelRef
@@ -78,6 +79,13 @@ class EngineHost:
         engine.cache = self.cache
         engine.start()
         return Served(entry.name, engine, admission, key, status)
+
+    async def warm(self, engine: Engine | RemoteEngine) -> None:
+        """Load the engine's model and answer the warm-up question (a remote: probe it)."""
+        if isinstance(engine, Engine):
+            await start_up(engine)
+        else:
+            await engine.preload()
 
     def snapshot(self, ref: ModelRef) -> tuple[str, int]:
         found = self.store.resolve(ref.model_id, ref.revision)

@@ -55,6 +55,10 @@ class Host(Protocol):
         """The ref's snapshot id and checkpoint bytes (blocking; typed store errors)."""
         ...
 
+    async def warm(self, engine: Any) -> None:
+        """Load ``engine``'s model and warm it up (what ``preload`` does at start)."""
+        ...
+
     def release_memory(self) -> None:
         """Give freed device memory back (after an engine was closed)."""
         ...
@@ -328,14 +332,15 @@ class ModelRegistry:
         self._spawn(self._preload(entry))
 
     async def preload_default(self) -> None:
-        """Load the default model now (``QWEN_UI_PRELOAD``); failures land in its status."""
+        """Load and warm up the default model now (``QWEN_UI_PRELOAD``); failures land in
+        its status."""
         await self._preload(self.default)
 
     async def _preload(self, entry: Entry) -> None:
         try:
             async with self.holding(entry) as served:
                 await self.make_room(served)
-                await served.engine.preload()
+                await self.host.warm(served.engine)
         except QwenUIError as exc:
             log.warning("model %s not preloaded: %s", entry.name, exc.message("en"))
 

@@ -73,6 +73,9 @@ class FakeHost:
             raise ModelNotInstalled(model_id=ref.model_id, revision=ref.revision, command="x")
         return self.snapshots[str(ref)], self.sizes[str(ref)]
 
+    async def warm(self, engine: FakeEngine) -> None:
+        await engine.preload()
+
     def release_memory(self) -> None:
         return None
 

@@ -65,7 +65,7 @@ def test_copy_copies_the_answer_text_only(page: Page, tmp_path: Path, artifacts:
     text = page.locator(BOTS).last.inner_text().strip()
     assert text
     page.locator(BOTS).last.hover()
-    page.locator(BOT_BUTTONS).last.locator("button[aria-label='Copy message']").click()
+    page.locator(BOT_BUTTONS).last.locator("button[data-qwen-label='label_copy']").click()
     copied = str(page.evaluate("navigator.clipboard.readText()"))
     page.screenshot(path=str(artifacts / "chat-copy-answer.png"), full_page=True)
     assert copied.strip() == text
@@ -77,7 +77,7 @@ def test_regenerate_answers_the_same_question_again(
 ) -> None:
     attach(page, tmp_path, 2)
     answered(page, "Which image is red?")
-    page.locator(f"{BOT_BUTTONS} button[aria-label='Retry']").last.click()
+    page.locator(f"{BOT_BUTTONS} button[data-qwen-label='label_retry']").last.click()
     wait_stage(page, "Encoding image 2/2 (cached)")  # the same images, seen again
     wait_text(page, "Done in")
     settled(page)
@@ -94,10 +94,10 @@ def test_edit_the_last_question_and_send_it_again(
     attach(page, tmp_path, 1)
     answered(page, "Is there a circle?")
     answered(page, "Is there a square?", 2)
-    edit_buttons = page.locator(f"{USER_BUTTONS} button[aria-label='Edit']")
+    edit_buttons = page.locator(f"{USER_BUTTONS} button[data-qwen-label='label_edit']")
     edit_buttons.first.click()  # an earlier question: put back, with a message
     page.locator("#qwen-chat textarea").first.fill("Is there a star?")
-    page.locator("#qwen-chat button[aria-label='Submit']").first.click()
+    page.locator("#qwen-chat button[data-qwen-label='label_send']").first.click()
     page.wait_for_selector("text=Only the last question can be edited", timeout=15_000)
     page.wait_for_function(
         "() => document.querySelector('#qwen-chat').innerText.includes('Is there a circle?')",
@@ -105,9 +105,9 @@ def test_edit_the_last_question_and_send_it_again(
     )
     assert "Is there a star?" not in chat_text(page)
     settled(page)
-    page.locator(f"{USER_BUTTONS} button[aria-label='Edit']").last.click()
+    page.locator(f"{USER_BUTTONS} button[data-qwen-label='label_edit']").last.click()
     page.locator("#qwen-chat textarea").first.fill("Is there a triangle?")
-    page.locator("#qwen-chat button[aria-label='Submit']").first.click()
+    page.locator("#qwen-chat button[data-qwen-label='label_send']").first.click()
     wait_text(page, "Is there a triangle?")
     wait_stage(page, "Encoding image 1/1 (cached)")
     wait_text(page, "Done in", 2)

@@ -11,12 +11,13 @@
     "Copied message": "label_copied", "Fullscreen": "label_fullscreen",
     "Exit fullscreen": "label_exit_fullscreen", "Exit full screen": "label_exit_fullscreen",
     "Download": "label_download", "Share": "label_share", "Close": "label_close",
-    "Remove": "label_remove", "chatbot conversation": "chat",
+    "Remove": "label_remove", "Retry": "label_retry", "Edit": "label_edit",
+    "chatbot conversation": "chat",
     "Multimedia input field": "question",
     "清除": "label_clear", "清空对话": "label_clear", "复制消息": "label_copy",
     "全屏": "label_fullscreen", "退出全屏": "label_exit_fullscreen", "下载": "label_download",
     "分享": "label_share", "上传文件": "label_attach", "提交": "label_send",
-    "关闭": "label_close", "移除": "label_remove",
+    "关闭": "label_close", "移除": "label_remove", "重试": "label_retry", "编辑": "label_edit",
   };
   const fixed = [  // [selector, key]: found by place, whatever Gradio calls them
     [".toggle-button", "label_sidebar"],

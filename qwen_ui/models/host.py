@@ -81,8 +81,9 @@ class EngineHost:
         return Served(entry.name, engine, admission, key, status)
 
     async def warm(self, engine: Engine | RemoteEngine) -> None:
-        """Load the engine's model and answer the warm-up question (a remote: probe it)."""
-        if isinstance(engine, Engine):
+        """Load the engine's model, and answer the warm-up question where its fast path
+        preloads (CUDA by default); a remote engine is probed."""
+        if isinstance(engine, Engine) and engine.fast_path.preload:
             await start_up(engine)
         else:
             await engine.preload()

@@ -3,7 +3,7 @@ their durations, the engine's state); parts register their own on the same regis
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -38,7 +38,8 @@ class Metrics:
             registry=self.registry,
         )
 
-    def watch_engine(self, status: EngineStatus) -> None:
+    def watch_engine(self, status: Callable[[], EngineStatus]) -> None:
+        """Report ``status()`` (the default model's life cycle) at each scrape."""
         self.registry.register(_EngineCollector(status))
 
     def render(self) -> bytes:
@@ -46,11 +47,11 @@ class Metrics:
 
 
 class _EngineCollector(Collector):
-    def __init__(self, status: EngineStatus) -> None:
+    def __init__(self, status: Callable[[], EngineStatus]) -> None:
         self._status = status
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        current = self._status
+        current = self._status()
         family = GaugeMetricFamily(
             "qwen_ui_engine_state", "1 for the engine's current state.", labels=["state"]
         )

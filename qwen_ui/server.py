@@ -15,9 +15,11 @@ from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from qwen_ui import __version__
+from qwen_ui.models.reload import off_sighup, on_sighup
 from qwen_ui.services import ServedStore, Services, attach, maybe_services, services_of
 from qwen_ui.settings import Settings
 from qwen_ui.web import (
+    admin,
     api,
     conversations_api,
     cors,
@@ -53,14 +55,17 @@ def lifespan_of(
             services.watch_uploads(upload_folder)
         attach(app, services)
         log.info(
-            "qwen-ui %s starting: model %s, state %s",
+            "qwen-ui %s starting: models %s (default first), state %s",
             __version__,
-            settings.model_id,
+            ", ".join(services.models.names),
             services.state.kind,
         )
+        hangup = on_sighup(settings, services.models)  # re-reads the model list
         try:
             yield
         finally:
+            if hangup:
+                off_sighup()
             attach(app, None)
             await services.close()
 
@@ -90,7 +95,7 @@ def create_app(
     errors.install(app)
     # routes before the Gradio mount, which catches everything under its path
     routers = (health.router, metrics.router, api.router, openai_api.router, login.router)
-    for router in (*routers, oss_api.router, conversations_api.router):
+    for router in (*routers, oss_api.router, conversations_api.router, admin.router):
         app.include_router(router)
     _guard(app, settings)
     cors.install(app, settings)  # outside the guard: preflights carry no credentials

@@ -17,21 +17,25 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
-from qwen_ui.admission.count import CountGate
 from qwen_ui.admission.metrics import AdmissionMetrics
 from qwen_ui.admission.seam import EngineAdmission
 from qwen_ui.admission.seam import build as build_admission
 from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.service import AuthService
 from qwen_ui.demo.install import DemoInstallingStore
+from qwen_ui.engine.conversations import ConversationStore
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineStatus
-from qwen_ui.engine.warmup import start_up
 from qwen_ui.errors import NotStarted
 from qwen_ui.metrics import Metrics
+from qwen_ui.models.host import EngineHost
+from qwen_ui.models.memory import WeightLedger
+from qwen_ui.models.metrics import ModelsCollector
+from qwen_ui.models.registry import ModelRegistry
+from qwen_ui.models.routes import ConversationModels
 from qwen_ui.settings import Settings
 from qwen_ui.state import State, open_state
 from qwen_ui.uploads import UploadRegistry
@@ -55,15 +59,31 @@ class Services:
 
     settings: Settings
     metrics: Metrics
-    status: EngineStatus
     store: ServedStore
     state: State
     auth: AuthService
-    admission: EngineAdmission
-    engine: Engine | RemoteEngine
+    models: ModelRegistry
+    conversations: ConversationStore
     uploads: UploadRegistry | None = None  # with the UI: owners of Gradio's uploads
     answering: bool = True  # False once closed
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def engine(self) -> Engine | RemoteEngine:
+        """The default model's engine (created now when it has none; nothing loads)."""
+        return self.models.current(self.models.default).engine
+
+    @property
+    def status(self) -> EngineStatus:
+        """The default model's life cycle."""
+        return self.models.default.status
+
+    @property
+    def admission(self) -> EngineAdmission:
+        """The default model's admission seam (the line is shared by every model)."""
+        admission = self.models.current(self.models.default).admission
+        assert admission is not None, "the remote engine admits by count"
+        return admission
 
     @classmethod
     async def start(
@@ -78,19 +98,23 @@ class Services:
         store = store or DemoInstallingStore(settings.model_path)
         if install_demo and settings.is_demo_model and settings.engine == "local":
             await asyncio.to_thread(store.resolve, settings.model_id, settings.model_revision)
-        metrics, status = Metrics(), EngineStatus()
-        metrics.watch_engine(status)
+        metrics = Metrics()
         state = open_state(settings.redis_url)
         try:
             auth = AuthService.build(settings, state)
         except BaseException:
             await state.close()
             raise
-        engine, admission = _engine(settings, store, state, status, metrics, auth)
-        engine.start()
-        services = cls(settings, metrics, status, store, state, auth, admission, engine)
+        models = build_registry(settings, store, state, metrics, auth)
+        metrics.watch_engine(lambda: models.default.status)
+        metrics.registry.register(ModelsCollector(models.health))
+        conversations = ConversationStore(
+            state, settings.conversation_ttl_s, settings.conversations_per_user
+        )
+        services = cls(settings, metrics, store, state, auth, models, conversations)
+        engine = models.current(models.default).engine  # the default's, started now
         if isinstance(engine, Engine) and engine.fast_path.preload:  # load, then warm up
-            services._tasks.append(asyncio.create_task(_started(engine)))
+            services._tasks.append(asyncio.create_task(models.preload_default()))
         elif isinstance(engine, RemoteEngine) and settings.preload is True:
             services._tasks.append(asyncio.create_task(engine.preload()))
         return services
@@ -105,37 +129,27 @@ class Services:
         for task in self._tasks:
             task.cancel()
         try:
-            await self.engine.close()
+            await self.models.close()
         finally:
             await self.state.close()
 
 
-async def _started(engine: Engine) -> None:
-    await start_up(engine)
-
-
-def _engine(
-    settings: Settings,
-    store: ServedStore,
-    state: State,
-    status: EngineStatus,
-    metrics: Metrics,
-    auth: AuthService,
-) -> tuple[Engine | RemoteEngine, EngineAdmission]:
-    """The local engine with its VRAM admission, or with ``engine=openai`` the remote one
-    (no model here; it admits by count, so the VRAM admission is never asked)."""
-    engine_metrics = EngineMetrics(metrics.registry)
-    admission = build_admission(
-        settings, placement(settings), AdmissionMetrics(metrics.registry), auth.tenant_limit
-    )
+def build_registry(
+    settings: Settings, store: ServedStore, state: State, metrics: Metrics, auth: AuthService
+) -> ModelRegistry:
+    """The offered models over one admission line: the local ones (``QWEN_UI_MODELS``, or
+    the one model), or with ``engine=openai`` the remote model (admitted by count)."""
+    routes = ConversationModels(state, settings.conversation_ttl_s)
+    where = placement(settings)
+    admission_metrics = AdmissionMetrics(metrics.registry)
+    line = build_admission(settings, where, admission_metrics, auth.tenant_limit).controller
+    host = EngineHost(settings, store, state, EngineMetrics(metrics.registry), line, auth)
     if settings.engine == "openai":
-        gate = CountGate.from_settings(settings, auth.tenant_limit)
-        remote = RemoteEngine(settings, state, status=status, metrics=engine_metrics, gate=gate)
-        return remote, admission
-    engine = Engine(
-        settings, store, state, status=status, metrics=engine_metrics, admission=admission
-    )
-    return engine, admission
+        return ModelRegistry(
+            [settings.remote_model], host, None, routes, settings.queue_timeout_s, remote=True
+        )
+    host.ledger = WeightLedger(settings, where, line)
+    return ModelRegistry(settings.model_refs, host, host.ledger, routes, settings.queue_timeout_s)
 
 
 def attach(app: Any, services: Services | None) -> None:

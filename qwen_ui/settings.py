@@ -11,6 +11,7 @@ whole instance: models, tenants, keys and logs.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -20,6 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ENV_PREFIX = "QWEN_UI_"
 DEMO_MODEL_ID = "qwen-ui/shapes-vl-demo"
 MiB = 1024 * 1024
+MODEL_REF = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+@[\w.-]+$")  # OWNER/NAME@REV
 
 
 def default_home() -> Path:
@@ -97,6 +99,29 @@ class Settings(BaseSettings):
         "bf16",
         pattern=r"^[\w.-]+$",
         description="Revision (ref) of the model in the store.",
+    )
+    models: str = Field(
+        "",
+        description="Models to offer, OWNER/NAME@REV comma-separated; the first is the default "
+        "and sets model_id and model_revision. Empty: model_id@model_revision alone.",
+    )
+    model_memory_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most bytes the loaded models' weights may take together (checkpoint size, "
+        "5% more on CUDA); loading one more first unloads the least recently used idle ones. "
+        "0: three quarters of the device budget on CUDA, no limit on the CPU.",
+    )
+    admin_token: SecretStr | None = Field(
+        None,
+        description="Bearer token of the admin routes (POST /admin/models/activate, used by "
+        "'qwen-ui models activate'); unset: they refuse every call. Never logged.",
+    )
+    settings_file: Path | None = Field(
+        None,
+        description="File of QWEN_UI_*=value lines (e.g. the systemd EnvironmentFile) read "
+        "again on SIGHUP: its model list (QWEN_UI_MODELS, else QWEN_UI_MODEL_ID and "
+        "QWEN_UI_MODEL_REVISION) replaces the served one; other settings need a restart.",
     )
     model_dir: Path | None = Field(
         None, description="Model store root, e.g. the ESSD mount (default: HOME/models)."
@@ -358,16 +383,28 @@ class Settings(BaseSettings):
             raise ValueError("must start with '/'")
         return value.rstrip("/") or "/"
 
+    @field_validator("models")
+    @classmethod
+    def _models_are_refs(cls, value: str) -> str:
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        for item in items:
+            if not MODEL_REF.match(item):
+                raise ValueError(f"{item!r} is not OWNER/NAME@REV")
+        return ",".join(dict.fromkeys(items))
+
     @model_validator(mode="after")
     def _derive_paths(self) -> Settings:
         home = self.home.expanduser()
-        derived = {
+        derived: dict[str, object] = {
             "home": home,
             "model_dir": self.model_dir or home / "models",
             "log_dir": self.log_dir or home / "logs",
             "tenants_file": self.tenants_file or home / "tenants.toml",
             "key_file": self.key_file or home / "keys" / "server.key",
         }
+        if self.models:  # the list's first model is the default
+            model_id, _, revision = self.models.split(",")[0].partition("@")
+            derived.update(model_id=model_id, model_revision=revision)
         for name, value in derived.items():
             object.__setattr__(self, name, value)
         if self.max_pixels < self.min_pixels:
@@ -398,6 +435,13 @@ class Settings(BaseSettings):
     def log_path(self) -> Path:
         assert self.log_dir is not None
         return self.log_dir
+
+    @property
+    def model_refs(self) -> tuple[str, ...]:
+        """The offered models, ``OWNER/NAME@REV``, the default first."""
+        if self.models:
+            return tuple(self.models.split(","))
+        return (f"{self.model_id}@{self.model_revision}",)
 
     @property
     def is_demo_model(self) -> bool:

@@ -111,6 +111,10 @@ TEXT: dict[str, dict[Lang, str]] = {
     "label_remove": {"en": "Remove", "zh": "移除"},
     "label_retry": {"en": "Answer again", "zh": "重新回答"},
     "label_edit": {"en": "Edit the question", "zh": "修改问题"},
+    "model_auto": {
+        "en": "Automatic: the conversation's model, else {default}",
+        "zh": "自动：沿用本对话的模型，否则使用 {default}",
+    },
     # --- the login and logout pages -------------------------------------------------
     "login_page_title": {"en": "Log in · qwen-ui", "zh": "登录 · qwen-ui"},
     "login_heading": {"en": "Log in", "zh": "登录"},

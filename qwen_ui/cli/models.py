@@ -1,4 +1,5 @@
-"""``qwen-ui models …``: install, resolve, verify, list, gc, remove, adopt, fetch, root.
+"""``qwen-ui models …``: install, resolve, verify, list, gc, remove, adopt, fetch, root;
+activate, reload and served talk to a running server (:mod:`qwen_ui.cli.switch`).
 
 ``install`` and ``adopt`` refuse a checkpoint whose architecture or weight layout the local
 engine cannot run (:mod:`qwen_ui.engine.layouts`) before copying anything, and ``fetch``
@@ -20,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from qwen_ui.cli import switch
 from qwen_ui.errors import FetchError, ModelCorrupt, QwenUIError, StoreError
 from qwen_ui.store import DEFAULT_REVISION, InstallReport, ModelStore, fetch
 from qwen_ui.store.model_store import ProgressFn, human_size
@@ -160,6 +162,8 @@ def register(sub: Any) -> None:
         help="install the shipped shapes demo model (revisions bf16 and awq)",
     )
     p.set_defaults(func=cmd_install_demo)
+
+    switch.register(cmds)  # activate, reload, served: against a running server
 
 
 def _layout_flag(parser: Any) -> None:

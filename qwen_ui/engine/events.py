@@ -101,6 +101,7 @@ class Token(Event):
 class Done(Event):
     """The answer is complete. ``timings`` are seconds per stage; ``ttft`` to first token.
 
+    ``model``: the model that answered, ``OWNER/NAME@REV``.
     ``boxes``: where the answer located things, ``{"image": i, "label": ..., "box": [x1, y1,
     x2, y2]}`` with ``i`` 1-based in the request's images and the box in that file's own
     pixels (see :mod:`qwen_ui.engine.box_mapping`); ``answer_text``: the answer with those
@@ -119,6 +120,7 @@ class Done(Event):
     answer_text: str = ""
     progress: float = 1.0
     images_seen: int = 0  # images in the prompt (0: the answer used no image)
+    model: str = ""  # OWNER/NAME@REV that answered (set by the model registry)
     type: str = field(default="done", init=False)
 
 

@@ -1,6 +1,11 @@
 """``POST /api/v1/ask``: images and a question in (multipart), engine events out as
 newline-delimited JSON.
 
+``model`` (optional, ``OWNER/NAME@REV``) picks one of the offered models (an unknown one is
+a 400 ``unknown_model``); without it a follow-up goes to its conversation's model, anything
+else to the default. The response names the model in ``X-Qwen-UI-Model`` and the ``done``
+line in ``"model"``.
+
 Input errors that the engine reports before any work started (its first event is
 ``failed``) come back as the usual JSON error with their HTTP status; once streaming has
 begun, a failure is the last line (``{"type": "failed", ...}``). A client that goes away
@@ -32,6 +37,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1")
 NDJSON = "application/x-ndjson"
+MODEL_HEADER = "X-Qwen-UI-Model"  # the model the request was routed to (OWNER/NAME@REV)
 
 
 @router.post("/ask")
@@ -47,6 +53,7 @@ async def ask(
     top_p: Annotated[str | None, Form()] = None,
     seed: Annotated[str | None, Form()] = None,
     lang: Annotated[str | None, Form()] = None,
+    model: Annotated[str | None, Form()] = None,
 ) -> Response:
     settings = services.settings
     options = ask_options(settings, max_new_tokens, temperature, top_p, seed)
@@ -61,7 +68,8 @@ async def ask(
         options=options,
         lang=answer_lang,
     )
-    events = ask_as(services, principal, ask_request)
+    answering = (await services.models.route(ask_request, model)).name  # 400 when unknown
+    events = ask_as(services, principal, ask_request, answering)
     head = await checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
@@ -73,7 +81,7 @@ async def ask(
             retry = response.headers.get("Retry-After")
             return JSONResponse(body, failed.status, {"Retry-After": retry} if retry else None)
         return response
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", MODEL_HEADER: answering}
     return StreamingResponse(_lines(head, events), media_type=NDJSON, headers=headers)
 
 

@@ -43,18 +43,21 @@ class _Record:
 
 
 async def ask_as(
-    services: Services, principal: Principal, request: AskRequest
+    services: Services, principal: Principal, request: AskRequest, model: str | None = None
 ) -> AsyncGenerator[Event, None]:
-    """Engine events for ``request``; raises QuotaExceeded before any work starts."""
+    """Engine events for ``request`` from ``model`` (None: the conversation's, else the
+    default); raises UnknownModel or QuotaExceeded before any work starts."""
     if not services.answering:
         raise EngineNotAvailable()
-    engine, auth = services.engine, services.auth
+    models, auth = services.models, services.auth
+    if model:
+        models.entry(model)  # an unknown model is refused before the quota counts it
     await auth.quotas.count_question(principal)
     record = _Record(images=len(request.images))
-    turn, conversations = TurnLog(), services.engine.conversations
+    turn, conversations = TurnLog(), services.conversations
     started = time.perf_counter()
     try:
-        async with aclosing(engine.ask(request)) as events:
+        async with aclosing(models.ask(request, model)) as events:
             async for event in events:
                 record.see(event)
                 turn.see(event)

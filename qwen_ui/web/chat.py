@@ -29,7 +29,7 @@ from fastapi import FastAPI
 from qwen_ui.auth.principal import Principal
 from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
-from qwen_ui.engine.status import EngineState
+from qwen_ui.engine.status import EngineState, EngineStatus
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import maybe_services, services_of
 from qwen_ui.web.asking import ask_as
@@ -61,21 +61,31 @@ def status_markdown(app: FastAPI, lang: Lang) -> str:
     """What exists right now: the configured model, whether it is installed, engine state."""
     services = services_of(app)
     settings, engine = services.settings, services.status
-    installed = services.store.is_installed(settings.model_id, settings.model_revision)
-    state_text = t(f"engine_{engine.state.value}", lang)
-    if engine.state is EngineState.FAILED and engine.reason:
-        state_text += f": {engine.reason}"
+    model_id, _, revision = services.models.default.name.partition("@")  # the default now
+    installed = services.store.is_installed(model_id, revision)
     lines = [
-        f"**{t('model', lang)}:** `{settings.model_id}` · {t('revision', lang)} "
-        f"`{settings.model_revision}` · {t('installed' if installed else 'not_installed', lang)}",
-        f"**{t('engine', lang)}:** {state_text}",
+        f"**{t('model', lang)}:** `{model_id}` · {t('revision', lang)} "
+        f"`{revision}` · {t('installed' if installed else 'not_installed', lang)}",
+        f"**{t('engine', lang)}:** {_model_state(engine, lang)}",
     ]
+    if len(services.models.names) > 1:  # each offered model's state
+        states = [
+            f"`{e.name}` {_model_state(e.status, lang)}" for e in services.models.entries.values()
+        ]
+        lines[1] = f"**{t('engine', lang)}:** " + " · ".join(states)
     if settings.engine == "openai":  # answered by a remote model server
         host = urlsplit(settings.remote_base_url).netloc
         lines[0] = f"**{t('model', lang)}:** `{settings.remote_model}` · {host}"
     if not services.answering:
         lines.append(f"\n{t('no_engine', lang)}")
     return "\n\n".join(lines)
+
+
+def _model_state(status: EngineStatus, lang: Lang) -> str:
+    text = t(f"engine_{status.state.value}", lang)
+    if status.state is EngineState.FAILED and status.reason:
+        text += f": {status.reason}"
+    return text
 
 
 def progress_html(fraction: float, label: str = "") -> str:
@@ -126,13 +136,16 @@ async def answer(
     lang: Lang,
     request: gr.Request,
     controls: Controls | None = None,
+    model: str | None = None,
 ) -> AsyncIterator[ChatView]:
     """The submit handler's updates after every event; the status line is re-read when a
-    stage changes, not on every token."""
+    stage changes, not on every token. ``model``: the picked one ("" or None: the
+    conversation's, else the default)."""
     controls = controls or Controls()
     session = session_of(request)
     controls.begin(session)
     exchange = Exchange.start(app, message, history, conversation_id, lang)
+    exchange.model = model or None
     try:
         yield exchange.asked()
         try:
@@ -159,6 +172,7 @@ class Exchange:
     reply: dict[str, Any] = field(default_factory=dict)
     attached: bool = False  # the conversation holds the new images
     queued: bool = False  # the stage log's last line is the place in line
+    model: str | None = None  # the picked model (None: the server picks)
 
     @classmethod
     def start(
@@ -200,7 +214,7 @@ class Exchange:
         ask = await self._request(principal)
         event: Event | None = None
         wanted: str | None = None
-        async with aclosing(ask_as(services_of(self.app), principal, ask)) as events:
+        async with aclosing(ask_as(services_of(self.app), principal, ask, self.model)) as events:
             async for event in events:
                 self.apply(event)
                 if (wanted := control()) is not None or isinstance(event, Failed):

@@ -1,10 +1,11 @@
 """The first thing every request meets (a pure ASGI middleware, before Starlette, FastAPI
 or Gradio parse anything).
 
-1. **Who**: outside the public paths (``/healthz``, ``/readyz``, ``/metrics`` — which checks
-   its own token —, ``/login``, ``/logout``) the caller is resolved from the headers alone;
-   without credentials a browser page load is sent to ``/login?next=...`` and anything
-   else gets 401, at once, with ``Connection: close``: not a byte of the body is read.
+1. **Who**: outside the public paths (``/healthz``, ``/readyz``, ``/metrics`` and the
+   ``/admin/models`` routes — which check their own tokens —, ``/login``, ``/logout``) the
+   caller is resolved from the headers alone; without credentials a browser page load is
+   sent to ``/login?next=...`` and anything else gets 401, at once, with
+   ``Connection: close``: not a byte of the body is read.
    Gradio's own routes (config, queue, heartbeat, cancel, reset, openapi, uploads,
    ``file=``) are behind this like every other path.
 2. **From where**: a state-changing request authenticated by the session cookie must come
@@ -46,7 +47,9 @@ from qwen_ui.web.origin import STATE_CHANGING, same_site_request
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/login", "/logout"})
+# /admin/...: checked by the admin routes' own token (qwen_ui.web.admin)
+ADMIN_PATHS = frozenset({"/admin/models", "/admin/models/activate", "/admin/models/reload"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/login", "/logout", *ADMIN_PATHS})
 FILE_ROUTE = re.compile(r"/(?:gradio_api/)?file[=/](?P<path>.+)$")
 UPLOAD_ROUTE = re.compile(r"/gradio_api/upload/?$")
 Uploads = Callable[[], UploadRegistry | None]

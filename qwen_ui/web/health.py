@@ -17,21 +17,26 @@ router = APIRouter()
 
 @router.get("/healthz", include_in_schema=False)
 async def healthz(services: ServicesDep) -> JSONResponse:
-    """Never waits on the model, Redis or OSS; 503 only while the engine has failed."""
-    settings, status = services.settings, services.status
+    """Never waits on the model, Redis or OSS; 503 only while the default model has
+    failed. ``models``: every offered model's state (``not_loaded``, ``loading``,
+    ``ready``, ``failed``; ``draining`` for a retired one still finishing requests)."""
+    settings, status, models = services.settings, services.status, services.models
     failed = status.state is EngineState.FAILED
-    body: dict[str, str | None] = {
+    model_id, _, revision = models.default.name.partition("@")
+    body: dict[str, object] = {
         "status": "failed" if failed else "ok",
         "version": __version__,
-        "model": settings.model_id,
-        "revision": settings.model_revision,
+        "model": model_id,
+        "revision": revision,
         "engine": status.state.value,
+        "models": models.health(),
     }
     if failed:
         body["reason"] = status.reason
-    if isinstance(services.engine, RemoteEngine):  # its last known state, never probed here
+    engine = services.engine
+    if isinstance(engine, RemoteEngine):  # its last known state, never probed here
         body.update(model=settings.remote_model, revision=None)
-        return JSONResponse({**body, "remote": services.engine.health.to_dict()})
+        return JSONResponse({**body, "remote": engine.health.to_dict()})
     return JSONResponse(body, status_code=503 if failed else 200)
 
 

@@ -30,9 +30,9 @@ IMAGE_DIR = Path(tempfile.gettempdir()) / "qwen-ui-conversations"
 
 
 def store_of(app: FastAPI) -> ConversationStore | None:
-    """The engine's conversations; None before the services started."""
+    """The conversations of every model; None before the services started."""
     services = maybe_services(app)
-    return None if services is None else services.engine.conversations
+    return None if services is None else services.conversations
 
 
 async def choices(app: FastAPI, principal: Principal, lang: Lang) -> list[tuple[str, str]]:

@@ -36,6 +36,7 @@ from qwen_ui.auth.principal import Principal
 from qwen_ui.engine.engine import AskRequest, PastTurn
 from qwen_ui.engine.errors import TooManyImages
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
+from qwen_ui.models.errors import UnknownModel
 from qwen_ui.services import Services, ServicesDep
 from qwen_ui.settings import Settings
 from qwen_ui.web import openai_wire as wire
@@ -50,21 +51,19 @@ router = APIRouter(prefix="/v1")
 STARTED = int(time.time())
 
 
-def served_model(settings: Settings) -> str:
-    """The model id this server answers with: ``OWNER/NAME@REVISION`` (or the remote's)."""
-    if settings.engine == "openai":
-        return settings.remote_model
-    return f"{settings.model_id}@{settings.model_revision}"
-
-
-def _accepts(settings: Settings, model: str) -> bool:
-    served = served_model(settings)
-    return model in (served, served.split("@")[0])
+def served_model(services: Services, model: str) -> str:
+    """The offered model ``model`` names (``OWNER/NAME@REV``, or ``OWNER/NAME`` for its
+    first offered revision; the remote's name with ``engine=openai``)."""
+    try:
+        return services.models.entry(model).name
+    except UnknownModel:
+        raise wire.ModelNotServed(model=model[:200], param="model") from None
 
 
 @router.get("/models")
 async def list_models(services: ServicesDep, principal: PrincipalDep) -> JSONResponse:
-    return JSONResponse(wire.model_list([served_model(services.settings)], STARTED))
+    """Every offered model, the default first."""
+    return JSONResponse(wire.model_list(services.models.names, STARTED))
 
 
 @router.post("/chat/completions")
@@ -73,17 +72,16 @@ async def chat_completions(
 ) -> Response:
     settings = services.settings
     call = wire.parse(await read_json(request, settings))
-    if not _accepts(settings, call.model):
-        raise wire.ModelNotServed(model=call.model[:200], param="model")
+    model = served_model(services, call.model)
     if call.image_count > settings.max_images:
         raise TooManyImages(count=call.image_count, limit=settings.max_images)
     ask_request = await _ask_request(request, services, principal, call)
-    events = ask_as(services, principal, ask_request)
+    events = ask_as(services, principal, ask_request, model)
     head = await checked_head(events)
     if isinstance(head[-1], Failed):
         await events.aclose()
         return failed_response(head[-1])
-    reply = wire.Reply(id=f"chatcmpl-{ask_request.request_id}", model=served_model(settings))
+    reply = wire.Reply(id=f"chatcmpl-{ask_request.request_id}", model=model)
     items = answer_items(head, events, call.stops)
     if call.stream:
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}

@@ -71,7 +71,7 @@ class BadField(BadRequest):
 
 class ModelNotServed(NotFound):
     code = "model_not_found"
-    en = "The model '{model}' is not served here; GET /v1/models lists the one that is."
+    en = "The model '{model}' is not served here; GET /v1/models lists those that are."
     zh = "此处不提供模型“{model}”；GET /v1/models 列出可用的模型。"
 
 

@@ -51,6 +51,7 @@ from qwen_ui.web.history import (
     store_of,
 )
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
+from qwen_ui.web.model_picker import build_model_picker, picker_update
 from qwen_ui.web.oss_panel import build_oss_panel
 from qwen_ui.web.scope import declared_scope
 
@@ -131,13 +132,14 @@ class Page:
     examples: dict[str, Any] = field(default_factory=dict)  # per language (demo model)
     show_boxes: Any = None  # gr.Checkbox: boxes drawn on located images (chat_tools)
     export_links: Any = None  # gr.HTML: the open conversation's export (chat_tools)
+    model: Any = None  # the model picker (qwen_ui.web.model_picker)
 
     @property
     def texts(self) -> list[Any]:
         """What a language change relabels."""
         fixed = [self.header, self.picker, self.status, self.chat, self.question, self.stop]
         fixed += [self.new_chat, self.logout, self.demo_note, *self.examples.values()]
-        return [*fixed, self.history, self.title_box, self.rename, self.delete]
+        return [*fixed, self.history, self.title_box, self.rename, self.delete, self.model]
 
     @property
     def listed(self) -> list[Any]:
@@ -190,6 +192,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
             LANG_CHOICES, value="en", label=t("language", "en"), scale=0, elem_id="qwen-lang"
         )
     status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
+    model = build_model_picker(settings)
     demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
     chat = gr.Chatbot(
         label=t("chat", "en"),
@@ -236,6 +239,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         examples=examples,
         show_boxes=show_boxes,
         export_links=export_links,
+        model=model,
     )
 
 
@@ -343,13 +347,16 @@ class Handlers:
         history: Messages | None,
         conversation_id: str | None,
         current: Lang,
+        model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
         if session_of(request) in self.controls.running:
             gr.Warning(t("still_answering", current))
             yield {}  # nothing changes: the text stays in the box
             return
-        views = answer(self.app, message, history, conversation_id, current, request, self.controls)
+        views = answer(
+            self.app, message, history, conversation_id, current, request, self.controls, model
+        )
         async for view in views:
             yield self.page.of(view)
 
@@ -358,10 +365,12 @@ class Handlers:
         history: Messages | None,
         conversation_id: str | None,
         current: Lang,
+        model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
         """Regenerate: the last question is asked again (its earlier answer dropped)."""
-        async for update in self.again(None, history, conversation_id, current, request):
+        again = self.again(None, history, conversation_id, current, request, model)
+        async for update in again:
             yield update
 
     async def on_edit(
@@ -370,6 +379,7 @@ class Handlers:
         history: Messages | None,
         conversation_id: str | None,
         current: Lang,
+        model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
         """The last question, edited, is asked instead of it; an earlier one is put back."""
@@ -381,7 +391,8 @@ class Handlers:
             yield {self.page.chat: chat}
             return
         edited = str(data.value)
-        async for update in self.again(edited, history, conversation_id, current, request):
+        again = self.again(edited, history, conversation_id, current, request, model)
+        async for update in again:
             yield update
 
     async def again(
@@ -391,6 +402,7 @@ class Handlers:
         conversation_id: str | None,
         current: Lang,
         request: gr.Request,
+        model: str | None = None,
     ) -> AsyncIterator[dict[Any, Any]]:
         """Ask the chat's last question again (``text`` instead, when edited): the server
         forgets its answered turn first; the turn's images stay and are seen again."""
@@ -404,10 +416,14 @@ class Handlers:
             await take_back(self.app, request, conversation_id)
         message = {"text": question_text(chat, index) if text is None else text, "files": []}
         views = answer(
-            self.app, message, chat[:index], conversation_id, current, request, self.controls
+            self.app, message, chat[:index], conversation_id, current, request, self.controls, model
         )
         async for view in views:
             yield self.page.of(view)
+
+    def on_model(self, chosen: str, current: Lang) -> dict[Any, Any]:
+        """The picked model's scope note under the picker."""
+        return {self.page.model: picker_update(services_of(self.app), current, chosen)}
 
     def on_stop(self, request: gr.Request) -> None:
         self.controls.request(session_of(request), "stop")
@@ -449,7 +465,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     page.question.submit(_show_stop, None, [page.stop], queue=False, **private)
     submitted = page.question.submit(
         on.on_submit,
-        [page.question, page.chat, page.conversation, page.lang],
+        [page.question, page.chat, page.conversation, page.lang, page.model],
         page.answered,
         api_visibility="undocumented",
         concurrency_limit=None,
@@ -457,7 +473,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     )
     after = [page.question, page.stop, page.status, *page.listed]
     submitted.then(on.after_answer, [page.lang, page.conversation], after, **private)
-    asked = [page.chat, page.conversation, page.lang]
+    asked = [page.chat, page.conversation, page.lang, page.model]
     answering = [submitted]
     for event, handler in ((page.chat.retry, on.on_retry), (page.chat.edit, on.on_edit)):
         event(_show_stop, None, [page.stop], queue=False, **private)
@@ -472,6 +488,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
         on.on_new_chat, None, [page.chat, page.question, page.conversation, page.progress], **free
     ).then(on.on_listing, [page.lang, page.conversation], page.listed, **private)
     page.history.input(on.on_open, [page.history, page.lang], page.shown, **private)
+    page.model.input(on.on_model, [page.model, page.lang], [page.model], **private)
     renaming = [page.conversation, page.title_box, page.lang]
     page.rename.click(on.on_rename, renaming, page.listed, **private)
     page.title_box.submit(on.on_rename, renaming, page.listed, **private)
@@ -547,4 +564,5 @@ def _relabel(app: FastAPI, page: Page, lang: Lang, who: str) -> dict[Any, Any]:
         page.title_box: gr.update(label=t("title_label", lang)),
         page.rename: gr.update(value=t("rename", lang)),
         page.delete: gr.update(value=t("delete", lang)),
+        page.model: picker_update(services_of(app), lang),
     }

@@ -54,7 +54,7 @@ def asked(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> As
         log_in_with_form(session, "demo", "demo", server.demo_password())
         client = chat_client(server, session, tmp_path)
         message = {"text": sample.question, "files": paths}
-        titles, _, final = follow(client.submit(message, [], None, "en", api_name="/on_submit"))
+        titles, _, final = follow(client.submit(message, [], None, "en", "", api_name="/on_submit"))
         client.close()
     return Asked(sample, titles, text_of(final[-1]).strip())
 

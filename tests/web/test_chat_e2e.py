@@ -102,7 +102,9 @@ def test_three_images_stream_stages_in_order_then_the_answer(
 ) -> None:
     client = chat_client(server, session, tmp_path)
     message = {"text": "How many circles?", "files": [handle_file(p) for p in images(tmp_path, 3)]}
-    titles, answers, final = follow(client.submit(message, [], None, "en", api_name="/on_submit"))
+    titles, answers, final = follow(
+        client.submit(message, [], None, "en", "", api_name="/on_submit")
+    )
     stages = [t for t in titles if not t.startswith(("Working", "Done"))]
     assert stages == THREE_IMAGE_STAGES
     assert titles[-1].startswith("Done in")

@@ -20,6 +20,14 @@ def test_healthz_reports_idle_engine(client: TestClient, settings: Settings) -> 
         "model": settings.model_id,
         "revision": settings.model_revision,
         "engine": "idle",
+        "models": [
+            {
+                "model": f"{settings.model_id}@{settings.model_revision}",
+                "state": "not_loaded",
+                "default": True,
+                "in_flight": 0,
+            }
+        ],
     }
 
 

@@ -330,30 +330,48 @@ def slot_count(rows: int, model: ModelShape) -> int:
     return min(bucket, max(model.batch_limit, rows))
 
 
-def _slot_batch(requests: Sequence[RequestShape], model: ModelShape) -> int:
+def _slot_batch(
+    requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
+) -> int:
     """A continuous batch (:mod:`qwen_ui.engine.slots`): one slot cache of
     :func:`slot_count` slots, each as long as the longest sequence's cache; while a longer
     newcomer grows it, the old tensors beside the new. Newcomers (at worst all of them at
     once) have their images encoded in one pass and are prefilled together, padded to the
     longest prompt, into a dynamic cache that is then copied into the slots; a decode step
-    runs over the slots' rows."""
+    runs over the slots' rows. The cache never shrinks while the batch runs: ``rows`` and
+    ``longest`` (cache positions) are the most sequences and the longest cache it held
+    since it was last empty. The slots never outnumber ``batch_limit`` (later requests
+    wait for a free one)."""
     kv_token = model.kv_bytes_per_token
-    lengths = sorted(cache_positions(r, model) for r in requests)
-    slots = slot_count(len(requests), model)
+    lengths = sorted([cache_positions(r, model) for r in requests] + ([longest] if longest else []))
+    slots = slot_count(min(max(len(requests), rows), model.batch_limit), model)
     cache = slots * lengths[-1] * kv_token
     grown = slots * lengths[-2] * kv_token if len(lengths) > 1 else 0
-    rows = len(requests) * max(r.prompt_tokens for r in requests)
-    prefill_kv = kv_token * rows
+    padded = len(requests) * max(r.prompt_tokens for r in requests)
+    prefill_kv = kv_token * padded
     images = sum(r.image_tokens for r in requests)
-    prefill = prefill_kv + eager_prefill(rows, images, model)
+    prefill = prefill_kv + eager_prefill(padded, images, model)
     vision = _encoded_together([g for r in requests for g in r.encode], model)
     step = slots * decode_step(
         RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0)
     )
     # a lone sequence is prefilled before any slot exists; a newcomer to a running batch
     # beside the slots (counted at their final size)
-    existing = cache if len(requests) > 1 else 0
+    existing = cache if len(lengths) > 1 else 0
     return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
+
+
+def slot_batch_total(
+    requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
+) -> int:
+    """What a continuous batch of ``requests`` needs, its slot cache at least ``rows``
+    slots by ``longest`` positions (what it held since it was last empty), with the
+    workspace added as for one request: the controller's one shared reservation for the
+    batch (:class:`qwen_ui.admission.share.BatchShare`)."""
+    if not requests:
+        return 0
+    peak = _slot_batch(requests, model, rows, longest)
+    return peak + WORKSPACE_BYTES + int(WORKSPACE_SHARE * peak)
 
 
 def _batched(request: RequestShape, model: ModelShape) -> Estimate:

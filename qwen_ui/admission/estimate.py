@@ -344,9 +344,10 @@ def _slot_batch(
     wait for a free one)."""
     kv_token = model.kv_bytes_per_token
     lengths = sorted([cache_positions(r, model) for r in requests] + ([longest] if longest else []))
-    slots = slot_count(min(max(len(requests), rows), model.batch_limit), model)
+    rows = min(max(len(requests), rows), model.batch_limit)
+    slots = slot_count(rows, model)
     cache = slots * lengths[-1] * kv_token
-    grown = slots * lengths[-2] * kv_token if len(lengths) > 1 else 0
+    grown = _grown_from(lengths, rows, model) * kv_token
     padded = len(requests) * max(r.prompt_tokens for r in requests)
     prefill_kv = kv_token * padded
     images = sum(r.image_tokens for r in requests)
@@ -359,6 +360,17 @@ def _slot_batch(
     # beside the slots (counted at their final size)
     existing = cache if len(lengths) > 1 else 0
     return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
+
+
+def _grown_from(lengths: Sequence[int], rows: int, model: ModelShape) -> int:
+    """Positions of the slot cache before its last growth (alive beside the new one while
+    the running sequences' keys and values are copied): the same slots at the longest
+    length below the top, or, where the slots grew (no graphs), fewer slots at the top
+    length. Sequences of one length in a graphed cache never grow it."""
+    top, slots = lengths[-1], slot_count(rows, model)
+    shorter = max((n for n in lengths if n < top), default=0)
+    fewer = slot_count(rows - 1, model) if rows > 1 else slots
+    return max(slots * shorter, fewer * top if fewer < slots else 0)
 
 
 def slot_batch_total(

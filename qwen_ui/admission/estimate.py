@@ -340,14 +340,16 @@ def _slot_batch(
     longest prompt, into a dynamic cache that is then copied into the slots; a decode step
     runs over the slots' rows. The cache never shrinks while the batch runs: ``rows`` and
     ``longest`` (cache positions) are the most sequences and the longest cache it held
-    since it was last empty. The slots never outnumber ``batch_limit`` (later requests
-    wait for a free one)."""
+    since it was last empty (``rows``: before the last of ``requests`` joined). The slots
+    never outnumber ``batch_limit`` (later requests wait for a free one)."""
     kv_token = model.kv_bytes_per_token
     lengths = sorted([cache_positions(r, model) for r in requests] + ([longest] if longest else []))
-    rows = min(max(len(requests), rows), model.batch_limit)
-    slots = slot_count(rows, model)
+    slots = slot_count(min(max(len(requests), rows), model.batch_limit), model)
+    # the slots the cache had before the last newcomer (0: none, it came alone)
+    before = min(max(rows, len(requests) - 1), model.batch_limit)
+    earlier = slot_count(before, model) if before else 0
     cache = slots * lengths[-1] * kv_token
-    grown = _grown_from(lengths, rows, model) * kv_token
+    grown = _grown_from(lengths, slots, earlier) * kv_token
     padded = len(requests) * max(r.prompt_tokens for r in requests)
     prefill_kv = kv_token * padded
     images = sum(r.image_tokens for r in requests)
@@ -357,27 +359,27 @@ def _slot_batch(
         RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0)
     )
     # a lone sequence is prefilled before any slot exists; a newcomer to a running batch
-    # beside the slots (counted at their final size)
-    existing = cache if len(lengths) > 1 else 0
+    # beside the slots the others hold (counted at the longest length)
+    existing = earlier * lengths[-1] * kv_token
     return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
 
 
-def _grown_from(lengths: Sequence[int], rows: int, model: ModelShape) -> int:
+def _grown_from(lengths: Sequence[int], slots: int, earlier: int) -> int:
     """Positions of the slot cache before its last growth (alive beside the new one while
     the running sequences' keys and values are copied): the same slots at the longest
-    length below the top, or, where the slots grew (no graphs), fewer slots at the top
-    length. Sequences of one length in a graphed cache never grow it."""
-    top, slots = lengths[-1], slot_count(rows, model)
+    length below the top, or, where the slots grew (no graphs) from ``earlier``, those at
+    the top length. Sequences of one length in a graphed cache never grow it."""
+    top = lengths[-1]
     shorter = max((n for n in lengths if n < top), default=0)
-    fewer = slot_count(rows - 1, model) if rows > 1 else slots
-    return max(slots * shorter, fewer * top if fewer < slots else 0)
+    return max(slots * shorter, earlier * top if earlier < slots else 0)
 
 
 def slot_batch_total(
     requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
 ) -> int:
-    """What a continuous batch of ``requests`` needs, its slot cache at least ``rows``
-    slots by ``longest`` positions (what it held since it was last empty), with the
+    """What a continuous batch of ``requests`` needs, its slot cache made for at least
+    ``rows`` sequences and ``longest`` positions (what it held since it was last empty,
+    before the last of ``requests`` joined), with the
     workspace added as for one request: the controller's one shared reservation for the
     batch (:class:`qwen_ui.admission.share.BatchShare`)."""
     if not requests:

@@ -45,8 +45,7 @@ class BatchShare:
     def need(self, joining: RequestShape | None = None) -> int:
         """What the batch needs with its members (and ``joining``)."""
         shapes = [*self._members.values(), *([joining] if joining is not None else [])]
-        rows = max(self._rows, len(shapes))
-        return slot_batch_total(shapes, self.model, rows, self._departed)
+        return slot_batch_total(shapes, self.model, self._rows, self._departed)
 
     def growth(self, shape: RequestShape) -> int:
         """The bytes ``shape`` joining would add to the share."""

@@ -39,7 +39,9 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
 A **batch** of sequences decoding together (:func:`batch_peak`) holds every sequence's
 KV cache, plus the larger of one newcomer's own work (its images and prefill: newcomers
 join one at a time between decode steps) and one decode step's transients summed over
-the rows. For a single request that is the request's own peak.
+the rows. For a single request that is the request's own peak. With continuous batching
+the sequences share one slot cache (:func:`_slot_batch`); :func:`slot_batch_total` is what
+the controller reserves for such a batch, once (:mod:`qwen_ui.admission.share`).
 
 Coefficients below count tensors alive at the same moment in transformers' Qwen2.5-VL
 code (``modeling_qwen2_5_vl.py``, 5.x); ``tests/admission/test_estimate.py`` checks the

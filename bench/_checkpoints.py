@@ -1,6 +1,8 @@
 """Random checkpoints in the official layout of Qwen2.5-VL (AutoAWQ int4, group 128, vision
 tower in floating point), for the GPU benchmarks: the 7B and 3B architectures at full size,
-and a tiny one for CPU dry runs. Written once per folder and reused.
+and a tiny one for CPU dry runs; and the same layout for Qwen3-VL's dense architectures
+(``qwen3-8b``, ``qwen3-4b``: Qwen3-VL-8B/4B-Instruct's published sizes, DeepStack, interleaved
+mrope, q/k norms, 16-px patches) and ``qwen3-tiny``. Written once per folder and reused.
 
 Needs only torch, transformers, safetensors and the demo model's tokenizer files.
 """
@@ -19,7 +21,16 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig
+from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    PretrainedConfig,
+    Qwen2_5_VLConfig,
+    Qwen2VLImageProcessor,
+    Qwen3VLConfig,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
 
 from qwen_ui.demo import modelcfg
 from qwen_ui.engine import awq_format
@@ -108,6 +119,100 @@ ARCH: dict[str, dict[str, Any]] = {
 }
 
 
+# Qwen3-VL (model_type qwen3_vl). Shared by the published dense sizes: interleaved mrope
+# and the 16-px vision tower with its learned position embeddings.
+_QWEN3_MROPE = {
+    "rope_type": "default",
+    "rope_theta": 5000000.0,
+    "mrope_section": [24, 20, 20],
+    "mrope_interleaved": True,
+}
+_QWEN3_VISION = {"num_heads": 16, "num_position_embeddings": 2304}
+ARCH.update(
+    {
+        # Qwen3-VL-8B-Instruct's published sizes.
+        "qwen3-8b": {
+            "family": "qwen3_vl",
+            "text": {
+                "vocab_size": 151936,
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "max_position_embeddings": 262144,
+                "rope_parameters": _QWEN3_MROPE,
+            },
+            "vision": {
+                **_QWEN3_VISION,
+                "depth": 27,
+                "hidden_size": 1152,
+                "intermediate_size": 4304,
+                "out_hidden_size": 4096,
+                "deepstack_visual_indexes": [8, 16, 24],
+            },
+        },
+        # Qwen3-VL-4B-Instruct's published sizes (embeddings tied to the LM head).
+        "qwen3-4b": {
+            "family": "qwen3_vl",
+            "tie": True,
+            "text": {
+                "vocab_size": 151936,
+                "hidden_size": 2560,
+                "intermediate_size": 9728,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "max_position_embeddings": 262144,
+                "rope_parameters": _QWEN3_MROPE,
+            },
+            "vision": {
+                **_QWEN3_VISION,
+                "depth": 24,
+                "hidden_size": 1024,
+                "intermediate_size": 4096,
+                "out_hidden_size": 2560,
+                "deepstack_visual_indexes": [5, 11, 17],
+            },
+        },
+        "qwen3-tiny": {
+            "family": "qwen3_vl",
+            "text": {
+                "vocab_size": 2048,
+                "hidden_size": 256,
+                "intermediate_size": 768,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 64,
+                "max_position_embeddings": 32768,
+                "rope_parameters": {**_QWEN3_MROPE, "mrope_section": [8, 12, 12]},
+            },
+            "vision": {
+                "depth": 3,
+                "hidden_size": 128,
+                "intermediate_size": 384,
+                "num_heads": 2,
+                "num_position_embeddings": 64,
+                "out_hidden_size": 256,
+                "deepstack_visual_indexes": [0, 1],
+            },
+        },
+    }
+)
+# The image bounds of each family's own processor (pixels): 4..16384 tokens of 28x28 px for
+# Qwen2.5-VL, 64..16384 tokens of 32x32 px for Qwen3-VL.
+QWEN25_BOUNDS = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}
+QWEN3_BOUNDS = {"shortest_edge": 256 * 256, "longest_edge": 32 * 32 * 16384}
+
+
+def family(arch: str) -> str:
+    """``qwen2_5_vl`` or ``qwen3_vl``: the model type of ``arch``."""
+    return str(ARCH[arch].get("family", "qwen2_5_vl"))
+
+
 # --- the checkpoint ------------------------------------------------------------------
 
 
@@ -119,39 +224,43 @@ def limit_device_memory(device: torch.device, limit: int) -> None:
     torch.cuda.set_per_process_memory_fraction(limit / total, index)
 
 
-def model_config(arch: str, layers: int | None, depth: int | None) -> Qwen2_5_VLConfig:
+def model_config(arch: str, layers: int | None, depth: int | None) -> PretrainedConfig:
     tie = bool(ARCH[arch].get("tie", False))
     text = copy.deepcopy(ARCH[arch]["text"])  # the arches share nested dicts (_MROPE)
     vision = copy.deepcopy(ARCH[arch]["vision"])
+    qwen3 = family(arch) == "qwen3_vl"
     if layers:
         text["num_hidden_layers"] = layers
     if depth:
         vision["depth"] = depth
-        vision["fullatt_block_indexes"] = [i for i in vision["fullatt_block_indexes"] if i < depth]
-        vision["fullatt_block_indexes"] = vision["fullatt_block_indexes"] or [depth - 1]
+        key = "deepstack_visual_indexes" if qwen3 else "fullatt_block_indexes"
+        vision[key] = [i for i in vision[key] if i < depth] or [depth - 1]
     text.update(
         hidden_act="silu",
         rms_norm_eps=1e-6,
         tie_word_embeddings=tie,
-        use_sliding_window=False,
         bos_token_id=modelcfg.ENDOFTEXT_ID,
         eos_token_id=modelcfg.IM_END_ID,
         pad_token_id=modelcfg.ENDOFTEXT_ID,
     )
-    vision.update(patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
-    vision["hidden_act"] = "silu"
-    return Qwen2_5_VLConfig(
-        text_config=text,
-        vision_config=vision,
-        image_token_id=modelcfg.IMAGE_PAD_ID,
-        video_token_id=modelcfg.VIDEO_PAD_ID,
-        vision_start_token_id=modelcfg.VISION_START_ID,
-        vision_end_token_id=modelcfg.VISION_END_ID,
-        tie_word_embeddings=tie,
-    )
+    patch = 16 if qwen3 else 14
+    vision.update(patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    vision["hidden_act"] = "gelu_pytorch_tanh" if qwen3 else "silu"
+    special = {
+        "image_token_id": modelcfg.IMAGE_PAD_ID,
+        "video_token_id": modelcfg.VIDEO_PAD_ID,
+        "vision_start_token_id": modelcfg.VISION_START_ID,
+        "vision_end_token_id": modelcfg.VISION_END_ID,
+        "tie_word_embeddings": tie,
+    }
+    if qwen3:
+        text["attention_bias"] = False
+        return Qwen3VLConfig(text_config=text, vision_config=vision, **special)
+    text["use_sliding_window"] = False
+    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **special)
 
 
-def random_tensors(config: Qwen2_5_VLConfig, seed: int) -> Iterator[tuple[str, torch.Tensor]]:
+def random_tensors(config: PretrainedConfig, seed: int) -> Iterator[tuple[str, torch.Tensor]]:
     """Every checkpoint tensor, random, in AutoAWQ layout for the decoder's linears."""
     gen = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
@@ -199,7 +308,7 @@ def arch_checkpoint(
     return name, write_checkpoint(workdir / name, config)
 
 
-def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path:
+def write_checkpoint(out: Path, config: PretrainedConfig, seed: int = 0) -> Path:
     """A random AutoAWQ checkpoint (about 7 GB for the 7B architecture), written once."""
     if (out / "config.json").exists():
         return out
@@ -219,18 +328,46 @@ def write_checkpoint(out: Path, config: Qwen2_5_VLConfig, seed: int = 0) -> Path
     data["dtype"] = "float16"
     data["quantization_config"] = awq_format.quantization_config()
     (tmp / "config.json").write_text(json.dumps(data, indent=2))
-    for item in DEMO_FILES.iterdir():  # the tokenizer and processor, not the demo weights
-        if item.name not in MODEL_FILES and not item.name.endswith(".safetensors"):
-            shutil.copy(item, tmp / item.name)
-    qwen_bounds = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}  # Qwen's own
-    pre = json.loads((tmp / "preprocessor_config.json").read_text())
-    pre["size"] = qwen_bounds
-    (tmp / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
-    proc = json.loads((tmp / "processor_config.json").read_text())
-    proc["image_processor"]["size"] = qwen_bounds
-    (tmp / "processor_config.json").write_text(json.dumps(proc, indent=2))
+    if config.model_type == "qwen3_vl":
+        write_qwen3_processor(tmp)
+    else:
+        write_qwen25_processor(tmp)
     tmp.rename(out)
     return out
+
+
+def write_qwen25_processor(out: Path) -> None:
+    """The demo's tokenizer and processor files, with Qwen2.5-VL's own image bounds."""
+    for item in DEMO_FILES.iterdir():  # the tokenizer and processor, not the demo weights
+        if item.name not in MODEL_FILES and not item.name.endswith(".safetensors"):
+            shutil.copy(item, out / item.name)
+    pre = json.loads((out / "preprocessor_config.json").read_text())
+    pre["size"] = QWEN25_BOUNDS
+    (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    proc = json.loads((out / "processor_config.json").read_text())
+    proc["image_processor"]["size"] = QWEN25_BOUNDS
+    (out / "processor_config.json").write_text(json.dumps(proc, indent=2))
+
+
+def write_qwen3_processor(out: Path) -> None:
+    """The demo's tokenizer and chat template in a Qwen3-VL processor: 16-px patches merged
+    2x2, normalized to [-1, 1], Qwen3-VL's own image bounds."""
+    demo: Any = AutoProcessor.from_pretrained(DEMO_FILES, local_files_only=True)  # type: ignore[no-untyped-call]
+    image = Qwen2VLImageProcessor(
+        patch_size=16,
+        merge_size=2,
+        temporal_patch_size=2,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+        size=QWEN3_BOUNDS,
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=image,
+        tokenizer=demo.tokenizer,
+        video_processor=Qwen3VLVideoProcessor(),
+        chat_template=demo.chat_template,
+    )
+    processor.save_pretrained(out)
 
 
 @dataclass(frozen=True)

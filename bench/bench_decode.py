@@ -1,11 +1,18 @@
 """Decode and time-to-first-token benchmark (issue 8): the engine against stock transformers
 ``generate`` and the memory-bandwidth bound, in one process, on a random checkpoint in the
-official Qwen2.5-VL AWQ layout (int4, group 128, vision tower in floating point).
+official Qwen2.5-VL AWQ layout (int4, group 128, vision tower in floating point), or the
+same layout of Qwen3-VL's dense architectures (``--arch qwen3-8b``, ``qwen3-4b``).
 
     python bench/bench_decode.py --arch 7b > $OUT/decode.json          # on the H200
+    python bench/bench_decode.py --arch 7b,qwen3-8b                      # both, one run
     python bench/bench_decode.py --arch 7b --a10                         # weights+budget <= 22 GiB
     python bench/bench_decode.py --arch 7b --web --skip-stock            # HTTP client vs engine
     python bench/bench_decode.py --arch tiny --device cpu                # CPU dry run
+
+With several architectures (comma-separated) each is measured in turn, engine then stock,
+and ``comparison`` sets them side by side: decode tokens/s, weight bytes read per second
+(tokens/s x bytes read per token: the per-byte figure that compares models of different
+sizes), its ratio to the first architecture's, and the engine's speed-up over stock.
 
 What is measured (all in this process, one after the other):
 
@@ -75,7 +82,7 @@ from qwen_ui.state import MemoryState
 
 log = logging.getLogger("bench_decode")
 GiB = 1024**3
-MODEL_ID = "bench/qwen2.5-vl-random"
+MODEL_ID = "bench/random-vl"
 IMAGE_SIZE = (1024, 768)
 QUESTION = (
     "Please look carefully at this picture and tell me what objects you can see, "
@@ -528,7 +535,12 @@ def _free(device: torch.device) -> None:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--arch", choices=sorted(ARCH), default="7b")
+    parser.add_argument(
+        "--arch",
+        type=arch_list,
+        default=["7b"],
+        help=f"one or more (comma-separated) of {', '.join(sorted(ARCH))}",
+    )
     parser.add_argument("--device", default="cuda" if cuda else "cpu")
     parser.add_argument("--layers", type=int, default=None, help="override decoder layers")
     parser.add_argument("--depth", type=int, default=None, help="override vision depth")
@@ -569,10 +581,49 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def arch_list(value: str) -> list[str]:
+    archs = [a.strip() for a in value.split(",") if a.strip()]
+    unknown = [a for a in archs if a not in ARCH]
+    if not archs or unknown:
+        raise argparse.ArgumentTypeError(f"unknown architecture {unknown or value!r}")
+    return archs
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    """One architecture's figures; for several, each one's under ``runs`` and the
+    side-by-side ``comparison``."""
+    runs = [run_arch(args, arch) for arch in args.arch]
+    if len(runs) == 1:
+        return runs[0]
+    return {"runs": runs, "comparison": compare(runs)}
+
+
+def compare(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per architecture: decode tokens/s of the engine and of stock ``generate``, the
+    engine's decoder bytes read per second, that relative to the first architecture, and
+    the engine's speed-up over stock."""
+    rows: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        engine, stock = run.get("engine") or {}, run.get("stock_generate_bf16") or {}
+        tok_s, stock_tok_s = engine.get("decode_tok_s"), stock.get("decode_tok_s")
+        read = tok_s * engine["decode_bytes_per_token"] / 1e9 if tok_s else None
+        rows[run["arch"]] = {
+            "engine_tok_s": tok_s,
+            "stock_tok_s": stock_tok_s,
+            "engine_gb_read_per_s": round(read, 1) if read else None,
+            "engine_vs_stock": round(tok_s / stock_tok_s, 2) if tok_s and stock_tok_s else None,
+        }
+    first = rows[runs[0]["arch"]]["engine_gb_read_per_s"]
+    for row in rows.values():
+        read = row["engine_gb_read_per_s"]
+        row["gb_read_per_s_vs_first"] = round(read / first, 3) if read and first else None
+    return rows
+
+
+def run_arch(args: argparse.Namespace, arch: str) -> dict[str, Any]:
     device = torch.device(args.device)
     t0 = time.perf_counter()
-    name, path = arch_checkpoint(args.workdir, args.arch, args.layers, args.depth)
+    name, path = arch_checkpoint(args.workdir, arch, args.layers, args.depth)
     if device.type == "cuda" and args.a10:
         limit_device_memory(device, A10_LIMIT)
     result: dict[str, Any] = {

@@ -39,6 +39,8 @@ command_for() {
     3b) echo "python3 bench/bench_decode.py --arch 3b --workdir $W" ;;
     7b-graphs) echo "python3 bench/bench_decode.py --arch 7b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     3b-graphs) echo "python3 bench/bench_decode.py --arch 3b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
+    qwen3) echo "python3 bench/bench_decode.py --arch 7b,qwen3-8b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
+    qwen3-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_qwen3.py" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;
@@ -54,7 +56,8 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision) echo 150 ;; gputests) echo 240 ;; admission) echo 500 ;; *) echo 400 ;;
+    vision) echo 150 ;; gputests | qwen3-gputests) echo 240 ;; admission) echo 500 ;;
+    qwen3) echo 560 ;; *) echo 400 ;;
     esac
 }
 

@@ -17,7 +17,17 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from qwen_ui import __version__
 from qwen_ui.services import ServedStore, Services, attach, maybe_services, services_of
 from qwen_ui.settings import Settings
-from qwen_ui.web import api, cors, errors, health, login, metrics, openai_api, oss_api
+from qwen_ui.web import (
+    api,
+    conversations_api,
+    cors,
+    errors,
+    health,
+    login,
+    metrics,
+    openai_api,
+    oss_api,
+)
 from qwen_ui.web.auth import gradio_auth_dependency
 from qwen_ui.web.caller import caller_from_headers, csrf_header_check
 from qwen_ui.web.guard import RequestGuard
@@ -80,7 +90,7 @@ def create_app(
     errors.install(app)
     # routes before the Gradio mount, which catches everything under its path
     routers = (health.router, metrics.router, api.router, openai_api.router, login.router)
-    for router in (*routers, oss_api.router):
+    for router in (*routers, oss_api.router, conversations_api.router):
         app.include_router(router)
     _guard(app, settings)
     cors.install(app, settings)  # outside the guard: preflights carry no credentials

@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     fuse_projections: bool = Field(
         True,
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "
-        "MLP's gate/up (Qwen2-VL, Qwen2.5-VL), seven kernel calls per layer become four.",
+        "MLP's gate/up (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), seven kernel calls per layer become four.",
     )
     max_batch: int = Field(
         8,

@@ -176,6 +176,35 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stage_answering": {"en": "Answering", "zh": "正在回答"},
     "stage_cached": {"en": " (cached)", "zh": "（缓存）"},
     "stage_wait": {"en": ", about {wait_s:.0f} s", "zh": "，约 {wait_s:.0f} 秒"},
+    # --- boxes in answers, the export -------------------------------------------------
+    "box_on_image": {"en": "{label} (image {number})", "zh": "{label}（图片 {number}）"},
+    "box_unlabelled": {"en": "box", "zh": "框"},
+    "box_list_sep": {"en": ", ", "zh": "、"},
+    "boxes_alt": {
+        "en": "image {number} with the answer's boxes drawn on it",
+        "zh": "图片 {number}，已画出回答中的框",
+    },
+    "located_alt": {
+        "en": "image {number}, where the answer located: {labels}",
+        "zh": "图片 {number}，回答中的位置：{labels}",
+    },
+    "show_boxes": {"en": "Show boxes on images", "zh": "在图片上显示框"},
+    "export": {"en": "Export", "zh": "导出"},
+    "export_zip": {"en": "Markdown + images (zip)", "zh": "Markdown + 图片（zip）"},
+    "export_json": {"en": "JSON", "zh": "JSON"},
+    "export_none": {
+        "en": "Ask a question first: there is nothing to export yet.",
+        "zh": "请先提问：目前还没有可导出的内容。",
+    },
+    "export_note": {"en": "Exported from qwen-ui at {when}", "zh": "导出自 qwen-ui，时间 {when}"},
+    "export_turn": {"en": "Question {n}", "zh": "问题 {n}"},
+    "export_answer": {"en": "Answer", "zh": "回答"},
+    "export_boxes": {"en": "Located", "zh": "位置"},
+    "export_pending": {
+        "en": "Images attached after the last answer",
+        "zh": "最后一个回答之后添加的图片",
+    },
+    "export_missing": {"en": "no longer stored", "zh": "已不再保存"},
 }
 
 

@@ -9,6 +9,9 @@
 # QWEN_UI_MODEL_DIR/staging/<owner>--<name>/<revision> (a re-run resumes); (3) run
 # `qwen-ui models install` on it (copy, hash, manifest, atomic ref); (4) delete staging.
 # With --from-dir DIR, steps 1, 2 and 4 are skipped and DIR is installed.
+# Step 2 first downloads config.json alone: a checkpoint the engine cannot run (FP8, GPTQ,
+# compressed-tensors, MoE, another architecture) is refused there (exit 7), and install
+# checks again with the weights' tensor headers (exit 2). docs/store.md, "Checkpoint layouts".
 set -euo pipefail
 
 usage() {
@@ -18,6 +21,12 @@ usage: scripts/cache_model.sh [options] [MODEL_ID [REVISION]]
 Download MODEL_ID (default Qwen/Qwen2.5-VL-7B-Instruct-AWQ) at REVISION (default master)
 from ModelScope into the model store, then install it.
 
+Checkpoints that run: Qwen2-VL, Qwen2.5-VL and Qwen3-VL dense models, unquantized
+(e.g. Qwen/Qwen3-VL-8B-Instruct, Qwen/Qwen3-VL-4B-Instruct) or AutoAWQ GEMM 4-bit
+(e.g. Qwen/Qwen2.5-VL-7B-Instruct-AWQ). Refused before the weights are downloaded
+(exit 7): FP8, GPTQ, compressed-tensors, other quantizations, MoE and other
+architectures (see docs/store.md, "Checkpoint layouts").
+
 options:
   --from-dir DIR     install the model files in DIR instead of downloading
   --endpoint URL     ModelScope endpoint (default: $MODELSCOPE_ENDPOINT, else https://modelscope.cn)
@@ -26,6 +35,7 @@ options:
   --keep-staging     keep the downloaded files after installing them
   --force            download and install even when the store already holds identical
                      files (repairs a snapshot that `qwen-ui models verify --full` reported)
+  --skip-layout-check  install even a checkpoint the engine cannot run
   -h, --help         this text
 
 environment:
@@ -40,6 +50,7 @@ model_id="Qwen/Qwen2.5-VL-7B-Instruct-AWQ"
 revision="master"
 from_dir=""
 fetch_args=()
+install_args=()
 keep_staging=0
 positional=()
 
@@ -52,6 +63,7 @@ while [ $# -gt 0 ]; do
     --endpoint=*|--timeout=*|--min-free-gb=*) fetch_args+=("$1"); shift ;;
     --keep-staging) keep_staging=1; shift ;;
     --force) fetch_args+=("--force"); shift ;;
+    --skip-layout-check) fetch_args+=("$1"); install_args+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; positional+=("$@"); break ;;
     -*) echo "cache_model.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -83,7 +95,8 @@ store="$(qwen_ui models root)"
 echo "model store: $store"
 
 if [ -n "$from_dir" ]; then
-  qwen_ui models install "$from_dir" --model-id "$model_id" --revision "$revision"
+  qwen_ui models install "$from_dir" --model-id "$model_id" --revision "$revision" \
+    "${install_args[@]}"
   exit 0
 fi
 
@@ -98,7 +111,8 @@ esac
 
 # (3) install, (4) drop the staging copy.
 staging="$store/staging/${model_id/\//--}/$revision"
-qwen_ui models install "$staging" --model-id "$model_id" --revision "$revision"
+qwen_ui models install "$staging" --model-id "$model_id" --revision "$revision" \
+  "${install_args[@]}"
 if [ "$keep_staging" = 0 ]; then
   rm -rf -- "$staging"
   echo "removed the staging copy $staging (use --keep-staging to keep it)"

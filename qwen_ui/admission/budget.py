@@ -52,12 +52,15 @@ def pool_reserve(settings: Settings, where: Placement) -> int:
 
 def graph_reserve(where: Placement, shape: ModelShape | None) -> int:
     """Bytes the recorded prefills may hold (:mod:`qwen_ui.engine.prefill_graphs`): the
-    staging keys and values of their longest bucket; their shared pool, which holds at
-    most that bucket's eager prefill transients (counted as a prompt of that many text
-    tokens would be); and as much again for the eager pass that precedes each recording
-    (it runs inside the first request of a new length bucket, beside the pool). 0 when
-    none are recorded or before the model's shape is known."""
+    staging keys and values of their longest bucket (and Qwen3-VL's dense DeepStack
+    buffer, ``layers × rows × hidden``); their shared pool, which holds at most that
+    bucket's eager prefill transients (counted as a prompt of that many text tokens would
+    be); and as much again for the eager pass that precedes each recording (it runs inside
+    the first request of a new length bucket, beside the pool). 0 when none are recorded
+    or before the model's shape is known."""
     rows = where.graph_rows
     if not rows or shape is None:
         return 0
-    return shape.kv_bytes_per_token * rows + 2 * eager_prefill(rows, 0, shape)
+    staging = shape.kv_bytes_per_token * rows
+    staging += shape.vision.deepstack_layers * rows * shape.text.hidden * shape.dtype_bytes
+    return staging + 2 * eager_prefill(rows, 0, shape)

@@ -13,7 +13,8 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   ``[N, intermediate]`` tensors, whichever is larger. With SDPA or flash kernels attention
   keeps no score matrix (transformers 5.24 uses SDPA on CPU and CUDA unless told
   otherwise); with ``eager`` attention each window (or the whole image, in full-attention blocks)
-  holds a ``heads × n × n`` float32 score matrix, and that term is added.
+  holds a ``heads × n × n`` float32 score matrix, and that term is added. Qwen3-VL's
+  DeepStack mergers keep one more merged output per DeepStack layer through the tower.
   On the CPU the processor's buffers share the budget: its peak for the image's source
   size counts when larger.
 * **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache (a static
@@ -22,7 +23,9 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   ``L <= prefill_graph_rows``, the CUDA default) adds only its inputs: the embeddings, the
   image features and the positions; its activations live in the graphs' pool, which
   :func:`qwen_ui.admission.budget.graph_reserve` keeps out of the budget. Otherwise the
-  eager pass adds the prompt embeddings and the image features, and one decoder layer's
+  eager pass adds the prompt embeddings and the image features (Qwen3-VL: also each
+  DeepStack layer's ``[T, hidden]`` features, as handed in and as concatenated), and one
+  decoder layer's
   transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors,
   four with fused projections; or RMSNorm's float32 copies when those are larger). An AWQ
   model told to dequantize for long prompts (``prefill_dequant_rows``) also holds the
@@ -153,7 +156,8 @@ def vision_peak(patches: int, model: ModelShape) -> int:
     # reordering's copy (the H200 measured 14.6 MiB above the counted tensors for one
     # 1024x768 image, 3,996 patches: docs/BENCHMARKS.md)
     workspace = n * v.hidden * b
-    return pixels + rope + max(block, merger) + workspace + _scores(n, model)
+    deepstack = v.deepstack_layers * (n // v.merge_unit) * v.out_hidden * b
+    return pixels + rope + deepstack + max(block, merger) + workspace + _scores(n, model)
 
 
 def _vision_attention(n: int, v: VisionShape, b: int) -> int:
@@ -214,6 +218,7 @@ def graph_inputs(request: RequestShape, model: ModelShape) -> int:
     features the prompt holds; the 3-D positions; the chosen token's logits work."""
     t, b, length = model.text, model.dtype_bytes, request.prompt_tokens
     rows = 2 * length + 2 * request.image_tokens
+    rows += model.vision.deepstack_layers * request.image_tokens  # Qwen3-VL's, as held
     return rows * t.hidden * b + _positions(length, t, b) + _logits(t, b)
 
 
@@ -225,6 +230,7 @@ def eager_prefill(length: int, image_tokens: int, model: ModelShape) -> int:
     t, b = model.text, model.dtype_bytes
     kv_copy = length * t.kv_heads * t.head_dim * b  # one layer's keys while the cache copies
     inputs = length * t.hidden * b + 2 * image_tokens * t.hidden * b
+    inputs += 2 * model.vision.deepstack_layers * image_tokens * t.hidden * b
     fused = model.fused_projections
     layer = max(_decoder_attention(length, t, b, fused), _decoder_mlp(length, t, b, fused))
     return (

@@ -1,5 +1,9 @@
 """``qwen-ui models …``: install, resolve, verify, list, gc, remove, adopt, fetch, root.
 
+``install`` and ``adopt`` refuse a checkpoint whose architecture or weight layout the local
+engine cannot run (:mod:`qwen_ui.engine.layouts`) before copying anything, and ``fetch``
+before downloading the weights; ``--skip-layout-check`` installs it anyway.
+
 The store root is ``--model-dir``, else ``QWEN_UI_MODEL_DIR``, else ``QWEN_UI_HOME/models``
 (the same derivation the server uses). Errors print one line and exit 2; ``verify`` exits
 1 when a snapshot is damaged, after naming the file.
@@ -46,6 +50,7 @@ def register(sub: Any) -> None:
         metavar="REV",
         help=f"name of the ref to point at the result (default {DEFAULT_REVISION})",
     )
+    _layout_flag(p)
     p.set_defaults(func=cmd_install)
 
     p = cmds.add_parser("resolve", parents=[common], help="print a model's snapshot path")
@@ -98,6 +103,7 @@ def register(sub: Any) -> None:
     p.add_argument("dir", type=Path, metavar="DIR")
     p.add_argument("--model-id", metavar="OWNER/NAME", help="only this model (or: its id)")
     p.add_argument("--revision", metavar="REV", help="only this revision (or: its name)")
+    _layout_flag(p)
     p.set_defaults(func=cmd_adopt)
 
     p = cmds.add_parser(
@@ -110,7 +116,9 @@ def register(sub: Any) -> None:
         f"Exit codes: 0 downloaded, {fetch.EXIT_UP_TO_DATE} already installed and identical "
         f"(nothing downloaded), {fetch.EXIT_UNREACHABLE} ModelScope unreachable, "
         f"{fetch.EXIT_NOT_FOUND} no such model or revision, {fetch.EXIT_NO_SPACE} not enough "
-        f"free space, {fetch.EXIT_DOWNLOAD_FAILED} the download failed (re-run to resume).",
+        f"free space, {fetch.EXIT_DOWNLOAD_FAILED} the download failed (re-run to resume), "
+        f"{fetch.EXIT_UNSUPPORTED} the engine cannot run the checkpoint (its config.json is "
+        "checked before the weights are downloaded).",
     )
     p.add_argument("model_id", metavar="ID")
     p.add_argument("--revision", default=DEFAULT_REVISION, metavar="REV")
@@ -134,6 +142,7 @@ def register(sub: Any) -> None:
         help="free space required when the repository size cannot be listed (default 16)",
     )
     p.add_argument("--check-only", action="store_true", help="check, do not download")
+    _layout_flag(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -153,6 +162,23 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_install_demo)
 
 
+def _layout_flag(parser: Any) -> None:
+    parser.add_argument(
+        "--skip-layout-check",
+        action="store_true",
+        help="do not refuse a checkpoint whose architecture or quantization layout the "
+        "local engine cannot run (docs/store.md, 'Checkpoint layouts')",
+    )
+
+
+def check_layout(folder: Path) -> None:
+    """Refuse (``UnsupportedCheckpoint``) a checkpoint the local engine cannot run; print
+    what it is otherwise."""
+    from qwen_ui.engine.layouts import check_folder
+
+    print(f"checkpoint layout: {check_folder(folder).describe()}", file=sys.stderr)
+
+
 def open_store(args: argparse.Namespace) -> ModelStore:
     if args.model_dir is not None:
         return ModelStore(args.model_dir)
@@ -166,6 +192,8 @@ def open_store(args: argparse.Namespace) -> ModelStore:
 
 def cmd_install(args: argparse.Namespace) -> int:
     store = open_store(args)
+    if not args.skip_layout_check and args.dir.is_dir():  # a missing folder: install says so
+        check_layout(args.dir)
     with _progress_line() as progress:
         report = _os_errors(
             lambda: store.install_report(args.dir, args.model_id, args.revision, progress)
@@ -177,7 +205,10 @@ def cmd_install(args: argparse.Namespace) -> int:
 def cmd_adopt(args: argparse.Namespace) -> int:
     store = open_store(args)
     with _progress_line() as progress:
-        reports = _os_errors(lambda: store.adopt(args.dir, args.model_id, args.revision, progress))
+        check = None if args.skip_layout_check else check_layout
+        reports = _os_errors(
+            lambda: store.adopt(args.dir, args.model_id, args.revision, progress, check)
+        )
     for report in reports:
         _print_install(report)
     return 0
@@ -324,6 +355,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     print(
         f"free space in {store.root}: {human_size(plan.free)} (needed: {human_size(plan.needed)})"
     )
+    listed = plan.files is None or any(f.path == fetch.CONFIG for f in plan.files)
+    if listed and not args.skip_layout_check and not _remote_layout_ok(store, args, endpoint):
+        return fetch.EXIT_UNSUPPORTED
     if args.check_only:
         return 0
     try:
@@ -333,6 +367,25 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         return exc.exit_code
     print(f"downloaded {head} into {path}")
     return 0
+
+
+def _remote_layout_ok(store: ModelStore, args: argparse.Namespace, endpoint: str) -> bool:
+    """Check the repository's config.json (downloaded alone) before the weights."""
+    from qwen_ui.engine.errors import UnsupportedCheckpoint
+    from qwen_ui.engine.layouts import check_config
+
+    config = fetch.fetch_config(store, args.model_id, args.revision, endpoint, args.timeout)
+    if config is None:
+        print("no config.json to check before the download; install checks the files")
+        return True
+    try:
+        layout = check_config(config)
+    except UnsupportedCheckpoint as exc:
+        print(f"error: {exc.message('en')}", file=sys.stderr)
+        print("nothing downloaded but config.json (--skip-layout-check to go on)", file=sys.stderr)
+        return False
+    print(f"checkpoint layout: {layout.describe()}")
+    return True
 
 
 def cmd_install_demo(args: argparse.Namespace) -> int:

@@ -74,11 +74,12 @@ def annotate(
 def _label(
     draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], text: str, colour: RGB, font: Font
 ) -> None:
-    """The label on a filled tab above the box (inside it when the box touches the top)."""
+    """The label on a filled tab above the box (inside it when the box touches the top),
+    moved left as far as it must to stay on the image."""
     left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
     pad = 3
     tab_w, tab_h = right - left + 2 * pad, bottom - top + 2 * pad
-    x = box[0]
+    x = max(0, min(box[0], draw.im.size[0] - tab_w))
     y = box[1] - tab_h if box[1] >= tab_h else box[1]
     draw.rectangle((x, y, x + tab_w, y + tab_h), fill=colour)
     draw.text((x + pad - left, y + pad - top), text, fill=_ink(colour), font=font)

@@ -6,8 +6,10 @@ to the longest (attention is causal: a row never sees its padding), with each ro
 rope positions; the logits of each row's last position come from the language model's
 head. A :class:`Prefill` may take that pass in chunks of columns, one chunk per step
 boundary, so that the running sequences stall for at most one chunk; the chunks extend a
-dynamic cache as the prompt goes. A prompt with Qwen3-VL's deepstack features goes alone
-through the model's own forward (:func:`prefill_one`), which adds them.
+dynamic cache as the prompt goes. Qwen3-VL's DeepStack features are scattered into a
+dense ``[layers, rows, columns, hidden]`` tensor, zero at text and padding columns, whose
+chunk each pass adds to every row (:mod:`qwen_ui.engine.qwen3`), so prompts with images
+are prefilled together too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel
 
+from qwen_ui.engine import qwen3
 from qwen_ui.engine.generate import Prompt, prompt_positions
 from qwen_ui.engine.prefill import language_model
 
@@ -46,6 +49,7 @@ class Prefill:
             pos, seq.rope_delta = prompt_positions(model, seq.prompt)
             self.positions[:, row, : seq.prompt.length] = pos[:, 0]
         self.embeds = torch.stack(embeds)
+        self.deepstack = deepstack_features(self.language, seqs, self.embeds)
         self.cache: Any = None
         self.done = 0  # columns passed
         self.last: list[torch.Tensor | None] = [None] * len(seqs)
@@ -62,11 +66,15 @@ class Prefill:
         """The pass over the next ``columns`` columns (all that are left if 0)."""
         start = self.done
         end = self.columns if columns <= 0 else min(self.columns, start + columns)
+        extra: dict[str, Any] = {}
+        if self.deepstack is not None:
+            extra["deepstack_visual_embeds"] = [layer[:, start:end] for layer in self.deepstack]
         out = self.language(
             inputs_embeds=self.embeds[:, start:end],
             position_ids=self.positions[:, :, start:end],
             cache=self.cache,
             use_cache=True,
+            **extra,
         )
         self.cache = out.cache
         for row, length in enumerate(self.lengths):
@@ -83,24 +91,20 @@ class Prefill:
         return self.model.lm_head(hidden)  # type: ignore[no-any-return]
 
 
-def prefill_one(model: PreTrainedModel, seq: Sequence) -> tuple[KV, torch.Tensor]:
-    """One prompt through the model's forward (as :class:`Generation` prefills): its
-    keys and values per layer, and its last position's logits ``[1, vocab]``."""
-    prompt = seq.prompt
-    positions, seq.rope_delta = prompt_positions(model, prompt)
-    kwargs: dict[str, Any] = {}
-    if prompt.image_features:
-        kwargs["mm_encoder_outputs"] = {"image": prompt.encoder_outputs(model.device)}
-        kwargs["image_grid_thw"] = prompt.image_grid_thw
-        kwargs["mm_token_type_ids"] = prompt.mm_token_type_ids
-    out = model(
-        input_ids=prompt.input_ids,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-        **kwargs,
-    )
-    return layers_of(out.cache), out.logits[:, -1, :]
+def deepstack_features(
+    language: Any, seqs: list[Sequence], embeds: torch.Tensor
+) -> torch.Tensor | None:
+    """The prompts' DeepStack features as ``[layers, rows, columns, hidden]`` (zero but at
+    their image positions), or None when no prompt has any."""
+    layers = len(next((s.prompt.deepstack[0] for s in seqs if s.prompt.deepstack), []))
+    if not layers:
+        return None
+    qwen3.install_dense_deepstack(language)
+    rows, columns, hidden = embeds.shape
+    dense = embeds.new_zeros((layers, rows, columns, hidden))
+    for row, seq in enumerate(seqs):
+        qwen3.scatter_features(seq.prompt, dense[:, row : row + 1])
+    return dense
 
 
 def prompt_embeddings(language: Any, prompt: Prompt) -> torch.Tensor:

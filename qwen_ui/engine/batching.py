@@ -28,7 +28,7 @@ from typing import Generic, Protocol, TypeVar
 import torch
 from transformers import PreTrainedModel
 
-from qwen_ui.engine.batch_prefill import KV, Prefill, prefill_one
+from qwen_ui.engine.batch_prefill import KV, Prefill
 from qwen_ui.engine.decode_graphs import DecodeGraphs
 from qwen_ui.engine.generate import (
     Outcome,
@@ -194,15 +194,10 @@ class Batch(Generic[E]):
             self._guarded(sequences, lambda: self._start(sequences))
 
     def _start(self, sequences: list[Sequence]) -> None:
-        """Prefill the newcomers: those with deepstack features alone, the others
-        together (their first chunk now, with ``prefill_tokens``)."""
-        model = self.model_of()
-        for seq in [s for s in sequences if s.prompt.deepstack]:
-            self._install([seq], *prefill_one(model, seq))
-        together = [s for s in sequences if not s.prompt.deepstack]
-        if together:
-            self._prefilling = Prefill(model, together)
-            self._continue()
+        """Prefill the newcomers together (their first chunk now, with
+        ``prefill_tokens``)."""
+        self._prefilling = Prefill(self.model_of(), sequences)
+        self._continue()
 
     def _continue(self) -> None:
         """The next chunk of the prefill under way; once complete, its sequences join."""

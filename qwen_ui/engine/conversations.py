@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 from urllib.parse import quote
 
 from qwen_ui.engine.errors import ConversationNotFound
@@ -28,9 +29,27 @@ from qwen_ui.state import State
 
 @dataclass(frozen=True)
 class StoredTurn:
+    """An answered turn. Beyond the words and images, what the answer was made of
+    (recorded once it is done, see :meth:`ConversationStore.describe`): ``answer_text``
+    (the answer with its boxes as labels; empty when the same as ``answer``), ``boxes``
+    (``{"sha256", "label", "box"}`` on that image file's own pixels), the ``stages`` it
+    went through, its ``timings`` (seconds), the ``model`` that answered
+    (``OWNER/NAME@REV``) and when (``answered``, seconds since the epoch)."""
+
     question: str
     answer: str
     images: list[str]  # sha256 of each image, in order
+    answer_text: str = ""
+    boxes: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    model: str = ""
+    answered: float = 0.0
+
+    @property
+    def shown_answer(self) -> str:
+        """The answer as people read it: boxes written as their labels."""
+        return self.answer_text or self.answer
 
 
 @dataclass
@@ -161,9 +180,23 @@ class ConversationStore:
         await self._keep_images(conversation, images)
         pending = [sha for sha in conversation.pending if sha not in turn.images]
         own = pending + [sha for sha in turn.images]
-        conversation.turns.append(StoredTurn(turn.question, turn.answer, own))
+        conversation.turns.append(replace(turn, images=own))
         conversation.pending = []
         await self._save(conversation)
+
+    async def describe(self, owner: str, conversation_id: str, answer: str, **details: Any) -> bool:
+        """Add what the last turn's answer was made of (``StoredTurn``'s fields after
+        ``images``), when that turn is the one that answered ``answer``; False when the
+        conversation has moved on or is gone."""
+        try:
+            conversation = await self.get(owner, conversation_id)
+        except ConversationNotFound:
+            return False
+        if not conversation.turns or conversation.turns[-1].answer != answer:
+            return False
+        conversation.turns[-1] = replace(conversation.turns[-1], **details)
+        await self._save(conversation, touch=False)
+        return True
 
     async def drop_last_turn(self, conversation: Conversation) -> StoredTurn | None:
         """Take back the last answered turn (to answer its question again, or an edited

@@ -25,6 +25,7 @@ __all__ = [
     "NoQuestion",
     "QuestionTooLong",
     "TooManyImages",
+    "UnsupportedCheckpoint",
     "UnsupportedModel",
 ]
 
@@ -103,6 +104,15 @@ class UnsupportedModel(EngineFailed):
     code = "unsupported_model"
     en = "The model could not be loaded: {reason}"
     zh = "模型无法加载：{reason}"
+
+
+class UnsupportedCheckpoint(UnsupportedModel):
+    """A checkpoint whose architecture or weight layout the local engine cannot run
+    (:mod:`qwen_ui.engine.layouts`): refused at install time, and at load time."""
+
+    code = "unsupported_checkpoint"
+    en = "This checkpoint cannot run on the local engine: {reason}"
+    zh = "此模型检查点无法在本地引擎上运行：{reason}"
 
 
 class AnswerFailed(QwenUIError):

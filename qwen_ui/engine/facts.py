@@ -2,8 +2,9 @@
 without loading the weights, and the engine's placement from the settings. Admission
 gets them as plain data (:mod:`qwen_ui.engine.shapes`).
 
-Works for Qwen2-VL (vision width ``embed_dim``, ``mlp_ratio``) and Qwen2.5-VL (vision
-``hidden_size``, ``intermediate_size``, window attention with full-attention blocks).
+Works for Qwen2-VL (vision width ``embed_dim``, ``mlp_ratio``), Qwen2.5-VL (vision
+``hidden_size``, ``intermediate_size``, window attention with full-attention blocks) and
+Qwen3-VL (the same sizes, no windows, ``deepstack_visual_indexes``).
 """
 
 from __future__ import annotations
@@ -214,6 +215,7 @@ def vision_shape(config: Any, text_hidden: int) -> VisionShape:
         merge_unit=merge * merge,
         window_patches=(window // patch) ** 2 if window else 0,
         full_blocks=len(full) if full is not None else depth,
+        deepstack_layers=len(getattr(vision, "deepstack_visual_indexes", None) or []),
     )
 
 

@@ -7,9 +7,10 @@ AWQ loader concatenates the checkpoint's q/k/v (and gate/up) tensors along the o
 dimension into one :class:`~qwen_ui.engine.awq.Int4Linear` (AWQ packs 8 output columns
 per int32 and every part's width is a multiple of 8, so the concatenation is exact) and
 gives the module a forward that splits the result: seven int4 calls per decoder layer
-become four. Only for the classes whose stock forward this module reproduces (Qwen2-VL's
-and Qwen2.5-VL's text attention, their MLP); ``tests/engine/test_fused.py`` pins the
-fused model's logits to the unfused one's.
+become four. Only for the classes whose stock forward this module reproduces (Qwen2-VL's,
+Qwen2.5-VL's and Qwen3-VL's text attention, the latter with its per-head q/k norms, and
+their MLPs); ``tests/engine/test_fused.py`` pins the fused model's logits to the unfused
+one's.
 
 Under ``torch.compile`` (the static-cache decode step), the same forward gives a step's
 attention (one query token) to :func:`decode_attention`: the query heads of each K/V head
@@ -34,8 +35,8 @@ from torch import nn
 from qwen_ui.engine.awq_format import QUANT_SUFFIXES
 from qwen_ui.engine.errors import UnsupportedModel
 
-ATTENTION_CLASSES = ("Qwen2VLAttention", "Qwen2_5_VLAttention")
-MLP_CLASSES = ("Qwen2MLP",)
+ATTENTION_CLASSES = ("Qwen2VLAttention", "Qwen2_5_VLAttention", "Qwen3VLTextAttention")
+MLP_CLASSES = ("Qwen2MLP", "Qwen3VLTextMLP")
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
 
@@ -120,12 +121,15 @@ def _mlp_forward(mlp: Any, widths: list[int]) -> Callable[[torch.Tensor], torch.
 
 
 def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
-    """The stock Qwen2(.5)-VL text attention forward (transformers 5), with the three
-    projections computed by one call."""
+    """The stock Qwen2(.5)-VL and Qwen3-VL text attention forward (transformers 5), with
+    the three projections computed by one call; Qwen3-VL's per-head RMS norms of q and k
+    (``q_norm``, ``k_norm``) apply before the rotary embedding, as in its stock forward."""
     family = sys.modules[type(attn).__module__]  # the functions the stock forward calls
     eager = family.eager_attention_forward
     attn.rotary = family.apply_rotary_pos_emb  # a compiled one may replace it (prefill.py)
     functions = family.ALL_ATTENTION_FUNCTIONS
+    q_norm, k_norm = _head_norms(attn)
+    sliding_window = getattr(attn, "sliding_window", None)  # Qwen3-VL's has none
 
     def forward(
         hidden_states: torch.Tensor,
@@ -139,9 +143,10 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
             cache = kwargs.pop("past_key_values", None)
         bsz, q_len, _ = hidden_states.size()
         q, k, v = (
-            t.view(bsz, q_len, -1, attn.head_dim).transpose(1, 2)
+            t.view(bsz, q_len, -1, attn.head_dim)
             for t in attn.qkv_proj(hidden_states).split(widths, dim=-1)
         )
+        q, k, v = q_norm(q).transpose(1, 2), k_norm(k).transpose(1, 2), v.transpose(1, 2)
         assert position_embeddings is not None
         cos, sin = position_embeddings
         q, k = attn.rotary(q, k, cos, sin)
@@ -159,7 +164,7 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
             attention_mask,
             dropout=0.0 if not attn.training else attn.attention_dropout,
             scaling=attn.scaling,
-            sliding_window=attn.sliding_window,
+            sliding_window=sliding_window,
             position_ids=position_ids,
             **kwargs,
         )
@@ -167,6 +172,17 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
         return attn.o_proj(out), weights
 
     return forward
+
+
+def _head_norms(attn: Any) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+    """The attention's q and k head norms (Qwen3-VL), or the identity for both."""
+    if hasattr(attn, "q_norm") and hasattr(attn, "k_norm"):
+        return attn.q_norm, attn.k_norm
+    return _same, _same
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 def decode_attention(

@@ -23,7 +23,7 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText
 
-from qwen_ui.engine import awq_format, fused
+from qwen_ui.engine import awq_format, fused, layouts
 from qwen_ui.engine.awq import Int4Linear, awq_settings
 from qwen_ui.engine.awq_format import QUANT_SUFFIXES
 from qwen_ui.engine.errors import UnsupportedModel
@@ -42,7 +42,9 @@ def load_model(
     fuse_projections: bool = False,
 ) -> Any:
     """``prefill_rows``: see :meth:`Int4Linear.from_awq`; ``fuse_projections``: see
-    :mod:`qwen_ui.engine.fused` (both for AWQ checkpoints only)."""
+    :mod:`qwen_ui.engine.fused` (both for AWQ checkpoints only). A layout the engine
+    cannot run (:mod:`qwen_ui.engine.layouts`) raises ``UnsupportedCheckpoint`` first."""
+    layouts.check_folder(path)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     try:
         awq = awq_settings(config)

@@ -139,8 +139,14 @@ def _norm_forward(
     eager = type(module).forward
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
-        if hidden.shape[-2] > 1:
+        if sequence_rows(hidden) > 1:
             return norm(hidden, module.weight, module.variance_epsilon)
         return eager(module, hidden)  # type: ignore[no-any-return]
 
     return forward
+
+
+def sequence_rows(hidden: torch.Tensor) -> int:
+    """The positions a norm's input covers: ``[batch, rows, hidden]``, or Qwen3-VL's per-head
+    q/k norms' ``[batch, rows, heads, head_dim]`` (a decode step's one row has many heads)."""
+    return int(hidden.shape[-3] if hidden.dim() >= 4 else hidden.shape[-2])

@@ -16,8 +16,9 @@ before the next replay), so the pool holds the transients of the largest bucket 
 admission keeps that and the staging buffers out of the request budget
 (:func:`qwen_ui.admission.budget.graph_reserve`). A bucket is recorded the first time a
 prompt of its length arrives, after one eager pass on a side stream that compiles and
-autotunes what the capture will record. Prompts with Qwen3-VL's deepstack features, and
-models with sliding-window layers, take the eager prefill.
+autotunes what the capture will record. Qwen3-VL's DeepStack features go in as dense
+per-layer additions written into a fixed buffer like the embeddings
+(:mod:`qwen_ui.engine.qwen3`); models with sliding-window layers take the eager prefill.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, StaticCache
 
+from qwen_ui.engine import qwen3
 from qwen_ui.engine.prefill import language_model
 
 if TYPE_CHECKING:
@@ -85,6 +87,10 @@ class PrefillGraphs:
         config: Any = self.language.config
         self.usable = all(t == "full_attention" for t in getattr(config, "layer_types", None) or [])
         self.layers = [StagingLayer(self.max_rows) for _ in range(config.num_hidden_layers)]
+        self.deepstack = qwen3.deepstack_layers(model)  # 0 but for Qwen3-VL
+        if self.deepstack:
+            qwen3.install_dense_deepstack(self.language)
+        self._dense: torch.Tensor | None = None  # DeepStack features, [layers, 1, rows, hidden]
         self._pool: Any = None  # the graphs' shared memory pool, made on the first recording
         self._replays: dict[int, Callable[[], torch.Tensor]] = {}
         self._inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -95,7 +101,8 @@ class PrefillGraphs:
         return sorted(self._replays)
 
     def fits(self, prompt: Prompt) -> bool:
-        return self.usable and not prompt.deepstack and prompt.length <= self.max_rows
+        deepstack_ok = not prompt.deepstack or len(prompt.deepstack[0]) == self.deepstack
+        return self.usable and deepstack_ok and prompt.length <= self.max_rows
 
     def prefill(self, prompt: Prompt, positions: torch.Tensor, cache: StaticCache) -> torch.Tensor:
         """The logits of the prompt's last position ``[1, vocab]``; its keys and values end
@@ -116,6 +123,8 @@ class PrefillGraphs:
         embeds[:, :length].copy_(self._embeddings(prompt))
         rope[:, :, :length].copy_(positions)
         last.fill_(length - 1)
+        if self.deepstack:
+            qwen3.scatter_features(prompt, self._dense_buffer())
 
     def _buffers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self._inputs is None:
@@ -127,6 +136,12 @@ class PrefillGraphs:
                 torch.zeros((1,), dtype=torch.long, device=device),
             )
         return self._inputs
+
+    def _dense_buffer(self) -> torch.Tensor:
+        if self._dense is None:
+            table = self.language.embed_tokens.weight
+            self._dense = qwen3.dense_buffer(self.deepstack, self.max_rows, table)
+        return self._dense
 
     def _embeddings(self, prompt: Prompt) -> torch.Tensor:
         """The prompt's input embeddings: the token table's rows, with the image features
@@ -141,11 +156,15 @@ class PrefillGraphs:
     # --- the pass -----------------------------------------------------------------------
     def _forward(self, rows: int) -> torch.Tensor:
         embeds, rope, last = self._buffers()
+        extra: dict[str, Any] = {}
+        if self.deepstack:  # every row gets its layer's features: zeros but at images
+            extra["deepstack_visual_embeds"] = qwen3.layer_features(self._dense_buffer(), rows)
         out = self.language(
             inputs_embeds=embeds[:, :rows],
             position_ids=rope[:, :, :rows],
             cache=Cache(layers=list(self.layers)),
             use_cache=True,
+            **extra,
         )
         hidden = out.last_hidden_state.index_select(1, last)
         return self.model.lm_head(hidden)[:, -1, :]  # type: ignore[no-any-return]

@@ -60,6 +60,7 @@ class VisionShape:
     merge_unit: int  # merge_size²
     window_patches: int  # patches per attention window (0: every block sees the whole image)
     full_blocks: int  # blocks attending over the whole image
+    deepstack_layers: int = 0  # Qwen3-VL: tower layers whose merged features feed the decoder
 
 
 @dataclass(frozen=True)

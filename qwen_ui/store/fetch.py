@@ -6,7 +6,9 @@ retries), so an unreachable hub is reported in seconds rather than after the SDK
 loop; it sums the sizes, compares them with the free space of the store's file system and
 the listed sha256s with what the store already has. :func:`download` runs the ModelScope
 SDK into ``ROOT/staging/<owner>--<name>/<rev>``; a re-run resumes (finished files are kept,
-partial ``*.incomplete`` ones continue with HTTP range requests).
+partial ``*.incomplete`` ones continue with HTTP range requests). :func:`fetch_config`
+downloads ``config.json`` alone into the same folder first, so that a checkpoint the engine
+cannot run is refused before its weights are downloaded (the SDK then keeps that file).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ EXIT_UNREACHABLE = 3
 EXIT_NOT_FOUND = 4
 EXIT_NO_SPACE = 5
 EXIT_DOWNLOAD_FAILED = 6
+EXIT_UNSUPPORTED = 7  # the checkpoint's layout is one the engine cannot run
+CONFIG = "config.json"
 GiB = 1024**3
 
 
@@ -56,6 +60,14 @@ def endpoint_from_env(explicit: str | None = None) -> str:
     return value.rstrip("/")
 
 
+def _headers() -> dict[str, str]:
+    headers = {"User-Agent": "qwen-ui-cache-model"}
+    token = os.environ.get("MODELSCOPE_API_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 def list_files(
     endpoint: str, model_id: str, revision: str, timeout: float
 ) -> list[RemoteFile] | None:
@@ -64,11 +76,7 @@ def list_files(
     or revision does not exist."""
     query = urllib.parse.urlencode({"Revision": revision, "Recursive": "True"})
     url = f"{endpoint}/api/v1/models/{model_id}/repo/files?{query}"
-    headers = {"User-Agent": "qwen-ui-cache-model"}
-    token = os.environ.get("MODELSCOPE_API_TOKEN")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s) only, above
+    request = urllib.request.Request(url, headers=_headers())  # noqa: S310 - http(s) only
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             body = response.read()
@@ -188,6 +196,33 @@ def plan(
             EXIT_NO_SPACE,
         )
     return result
+
+
+def fetch_config(
+    store: ModelStore, model_id: str, revision: str, endpoint: str, timeout: float = 30.0
+) -> dict[str, object] | None:
+    """The repository's ``config.json``, downloaded alone into the staging folder (kept
+    there: the SDK's download then skips it), or None when the hub has none or does not
+    answer with one (the install's own check still runs). An earlier run's copy is reused."""
+    staged = store.layout.staging_dir(model_id, revision) / CONFIG
+    if not staged.is_file():
+        query = urllib.parse.urlencode({"Revision": revision, "FilePath": CONFIG})
+        url = f"{endpoint}/api/v1/models/{model_id}/repo?{query}"
+        request = urllib.request.Request(url, headers=_headers())  # noqa: S310 - http(s) only
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+                body = response.read()
+        except (urllib.error.URLError, OSError):
+            return None
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write(staged, body)
+    try:
+        config = json.loads(staged.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or not ({"model_type", "architectures"} & set(config)):
+        return None  # not a model config (a hub's error body, say): install checks the files
+    return config
 
 
 def download(store: ModelStore, model_id: str, revision: str, endpoint: str) -> Path:

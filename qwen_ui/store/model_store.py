@@ -389,14 +389,18 @@ class ModelStore:
         model_id: str | None = None,
         revision: str | None = None,
         progress: ProgressFn | None = None,
+        check: Callable[[Path], object] | None = None,
     ) -> builtins.list[InstallReport]:
-        """Install an existing ModelScope download; see :func:`qwen_ui.store.adopt.find`."""
+        """Install an existing ModelScope download; see :func:`qwen_ui.store.adopt.find`.
+        ``check(folder)`` runs on every folder found before anything is copied (the CLI's
+        checkpoint layout check) and raises to refuse."""
         from qwen_ui.store.adopt import find
 
-        return [
-            self.install_report(src, mid, rev, progress)
-            for src, mid, rev in find(Path(directory).expanduser(), model_id, revision)
-        ]
+        sources = find(Path(directory).expanduser(), model_id, revision)
+        if check is not None:
+            for src, _mid, _rev in sources:
+                check(src)
+        return [self.install_report(src, mid, rev, progress) for src, mid, rev in sources]
 
     # --- internals ------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The one way the web layer (Gradio handler and HTTP API) asks the engine on behalf of a
 principal: the tenant's daily quota is counted first, and every question leaves exactly
 one audit line (tenant, user, request id, outcome, counts, timings — never image bytes,
-never the question text, never a secret), whatever way it ends."""
+never the question text, never a secret), whatever way it ends; an answered turn keeps
+what it was made of (:mod:`qwen_ui.web.turn_record`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from qwen_ui.engine.engine import AskRequest
 from qwen_ui.engine.events import Done, Event, Failed
 from qwen_ui.errors import EngineNotAvailable
 from qwen_ui.services import Services
+from qwen_ui.web.turn_record import TurnLog
 
 
 @dataclass
@@ -49,11 +51,15 @@ async def ask_as(
     engine, auth = services.engine, services.auth
     await auth.quotas.count_question(principal)
     record = _Record(images=len(request.images))
+    turn, conversations = TurnLog(), services.engine.conversations
     started = time.perf_counter()
     try:
         async with aclosing(engine.ask(request)) as events:
             async for event in events:
                 record.see(event)
+                turn.see(event)
+                if isinstance(event, Done):  # kept with the turn before anyone sees it done
+                    await turn.record(conversations, request, event, services.settings)
                 yield event
     finally:
         record.timings.setdefault("total", round(time.perf_counter() - started, 3))

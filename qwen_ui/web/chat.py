@@ -374,7 +374,7 @@ def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lan
         meta["title"] = t(key, lang).format(
             seconds=f"{event.timings.get('total', 0.0):.1f}", tokens=event.completion_tokens
         )
-        reply["content"] = event.answer
+        reply["content"] = event.answer_text or event.answer  # boxes as labels
         if event.images_seen == 0:
             reply["content"] += f"\n\n*{t('no_image_used', lang)}*"
     elif isinstance(event, Failed):

@@ -21,6 +21,8 @@ from qwen_ui.auth.principal import Principal
 from qwen_ui.engine.conversations import Conversation, ConversationStore, Summary
 from qwen_ui.engine.errors import ConversationNotFound
 from qwen_ui.services import maybe_services
+from qwen_ui.web.boxes_view import numbers_of
+from qwen_ui.web.chat_boxes import turn_messages
 from qwen_ui.web.i18n import Lang, t
 
 Messages = list[dict[str, Any]]
@@ -62,19 +64,20 @@ async def open_conversation(
 
 
 async def messages(app: FastAPI, conversation: Conversation, lang: Lang) -> Messages:
-    """The conversation as chat messages: each turn's images, question and answer, then
-    images attached since the last answer."""
+    """The conversation as chat messages: each turn's images, question and answer (with the
+    images it located things on, boxes drawn), then images attached since the last answer."""
     store = store_of(app)
     assert store is not None
     out: Messages = []
     number = 0
+    numbers = numbers_of(conversation.images)
     for turn in conversation.turns:
         for sha in turn.images:
             number += 1
             path = await image_file(store, conversation.tenant, sha)
             out.append(image_message(str(path), number, lang))
         out.append({"role": "user", "content": escape_markdown_html(turn.question)})
-        out.append({"role": "assistant", "content": turn.answer})
+        out += await turn_messages(store, conversation.tenant, turn, numbers, lang)
     for sha in conversation.pending:
         number += 1
         out.append(

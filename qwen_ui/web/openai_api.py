@@ -6,6 +6,13 @@ Stateless: the conversation is the request's messages (images of earlier turns i
 nothing is stored. The caller is a tenant API token (``Authorization: Bearer``) or a login
 session; the token is checked before the body is read. Errors use OpenAI's error object.
 
+Extension, always present and ignored by stock clients: the boxes the answer located
+(grounding), ``{"image": i, "label": "…", "box": [x1, y1, x2, y2]}`` on the original image
+files' pixels, ``i`` 1-based among the images of the last user message: in
+``choices[0].message.boxes``, and when streaming in ``choices[0].delta.boxes`` of the chunk
+that carries ``finish_reason`` (``[]`` when none, or when a stop sequence ended the answer).
+The ``content`` stays the model's own words.
+
 Extension (opt-in, ignored by stock clients): ``"qwen_ui": {"stages": true}`` in the
 request adds our stage events: streamed as extra chunks with empty ``choices`` and a
 ``qwen_ui`` field (``{"type": "stage", ...}`` with its ``label``; at the end
@@ -197,6 +204,11 @@ async def _chained(head: Iterable[Event], events: AsyncIterator[Event]) -> Async
         yield event
 
 
+def boxes_of(end: End) -> list[dict[str, Any]]:
+    """The located boxes of a finished answer (none when a stop sequence cut it)."""
+    return [] if end.done is None else list(end.done.boxes)
+
+
 def stage_extra(stage: Stage, lang: str) -> dict[str, Any]:
     return {**stage.to_dict(), "label": stage.label(lang)}
 
@@ -234,7 +246,7 @@ async def _sse(
             else:
                 if call.stages:
                     yield _sse_line(reply.chunk(extra=done_extra(item.done)))
-                yield _sse_line(reply.chunk({}, finish=item.finish))
+                yield _sse_line(reply.chunk({"boxes": boxes_of(item)}, finish=item.finish))
                 if call.include_usage:
                     yield _sse_line(reply.chunk(usage=item.usage))
         yield b"data: [DONE]\n\n"
@@ -258,6 +270,8 @@ async def _complete(
                 return failed_response(item)
             else:
                 extra = {"stages": stages, "done": done_extra(item.done)} if call.stages else None
-                body = reply.completion("".join(texts), item.finish, item.usage, extra)
+                body = reply.completion(
+                    "".join(texts), item.finish, item.usage, extra, boxes_of(item)
+                )
                 return JSONResponse(body, headers={"Cache-Control": "no-store"})
     return failed_response(Failed("answer_failed", "The answer ended without a result.", 500))

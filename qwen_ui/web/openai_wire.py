@@ -271,8 +271,14 @@ class Reply:
     created: int = field(default_factory=lambda: int(time.time()))
 
     def completion(
-        self, answer: str, finish: str, usage: dict[str, int], extra: dict[str, Any] | None
+        self,
+        answer: str,
+        finish: str,
+        usage: dict[str, int],
+        extra: dict[str, Any] | None,
+        boxes: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        """``boxes``: our extension, ``choices[0].message.boxes`` (see ``boxes_of``)."""
         body: dict[str, Any] = {
             "id": self.id,
             "object": "chat.completion",
@@ -281,7 +287,7 @@ class Reply:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": answer},
+                    "message": {"role": "assistant", "content": answer, "boxes": boxes or []},
                     "finish_reason": finish,
                     "logprobs": None,
                 }
@@ -294,7 +300,7 @@ class Reply:
 
     def chunk(
         self,
-        delta: dict[str, str] | None = None,
+        delta: dict[str, Any] | None = None,
         finish: str | None = None,
         usage: dict[str, int] | None = None,
         extra: dict[str, Any] | None = None,

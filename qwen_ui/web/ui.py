@@ -25,6 +25,7 @@ from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
 from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
+from qwen_ui.web import chat_tools
 from qwen_ui.web.a11y import a11y_js
 from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.chat import (
@@ -128,6 +129,8 @@ class Page:
     stop: gr.Button
     new_chat: gr.Button
     examples: dict[str, Any] = field(default_factory=dict)  # per language (demo model)
+    show_boxes: Any = None  # gr.Checkbox: boxes drawn on located images (chat_tools)
+    export_links: Any = None  # gr.HTML: the open conversation's export (chat_tools)
 
     @property
     def texts(self) -> list[Any]:
@@ -179,6 +182,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         with gr.Row():
             rename = gr.Button(t("rename", "en"), elem_id="qwen-rename", size="sm")
             delete = gr.Button(t("delete", "en"), elem_id="qwen-delete", variant="stop", size="sm")
+        export_links = chat_tools.export_links(settings)
     with gr.Row(elem_classes="qwen-header"):
         header = gr.Markdown(_header("en"))
         logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout", scale=0)
@@ -208,6 +212,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
             t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0, visible=False
         )
         new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
+        show_boxes = chat_tools.show_boxes_box()
     build_oss_panel(app, blocks, question)
     examples = _examples_and_scope(settings, question)
     examples = {code: examples.get(code, gr.Column(visible=False)) for code in LANGS}
@@ -229,6 +234,8 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         stop=stop,
         new_chat=new_chat,
         examples=examples,
+        show_boxes=show_boxes,
+        export_links=export_links,
     )
 
 
@@ -451,11 +458,13 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     after = [page.question, page.stop, page.status, *page.listed]
     submitted.then(on.after_answer, [page.lang, page.conversation], after, **private)
     asked = [page.chat, page.conversation, page.lang]
+    answering = [submitted]
     for event, handler in ((page.chat.retry, on.on_retry), (page.chat.edit, on.on_edit)):
         event(_show_stop, None, [page.stop], queue=False, **private)
-        event(handler, asked, page.answered, **free).then(
-            on.after_answer, [page.lang, page.conversation], after, **private
-        )
+        again = event(handler, asked, page.answered, **free)
+        again.then(on.after_answer, [page.lang, page.conversation], after, **private)
+        answering.append(again)
+    chat_tools.wire(on.app, settings, page, answered=answering)
     page.stop.click(on.on_stop, None, None, **free)
     for control in (page.chat.clear, page.delete.click):  # the trash icon deletes it too
         control(on.on_delete, [page.conversation, page.chat, page.lang], page.shown, **free)

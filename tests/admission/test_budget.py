@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from transformers import Qwen2_5_VLConfig
+from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
 
 from qwen_ui.admission.budget import graph_reserve, pool_reserve, request_budget
 from qwen_ui.admission.estimate import eager_prefill
 from qwen_ui.engine.facts import model_shape, placement
 from qwen_ui.settings import Settings
-from tests.admission.test_estimate import QWEN25_7B
+from tests.admission.test_estimate import QWEN3_8B, QWEN25_7B
 
 MiB = 1024 * 1024
 CPU = torch.device("cpu")
@@ -65,3 +66,11 @@ def test_recorded_prefills_are_kept_out_of_the_budget(tmp_path: Path) -> None:
     assert graph_reserve(placement(on, CPU), shape) == 0  # never recorded on the CPU
     eager = settings(tmp_path, decode_mode="eager", prefill_graph_rows=4000)
     assert graph_reserve(placement(eager, CUDA), shape) == 0  # they need static decoding
+
+
+def test_recorded_prefills_of_qwen3_keep_their_deepstack_buffer(tmp_path: Path) -> None:
+    shape = model_shape(Qwen3VLConfig(**QWEN3_8B), torch.bfloat16)
+    on = settings(tmp_path, decode_mode="auto", static_cache_pool_bytes=0, prefill_graph_rows=1024)
+    flat = replace(shape, vision=replace(shape.vision, deepstack_layers=0))
+    extra = graph_reserve(placement(on, CUDA), shape) - graph_reserve(placement(on, CUDA), flat)
+    assert extra == 3 * 1024 * 4096 * 2  # three layers x rows x hidden, bf16

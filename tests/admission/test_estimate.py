@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
-from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
 
 from qwen_ui.admission.estimate import (
     DEQUANT_WORK,
@@ -76,6 +76,48 @@ def test_qwen2_vl_vision_sizes() -> None:
     v = model_shape(config, torch.bfloat16).vision
     assert (v.hidden, v.intermediate, v.window_patches, v.full_blocks) == (1280, 5120, 0, 32)
     assert v.out_hidden == 1536
+
+
+QWEN3_8B = {  # Qwen3-VL-8B-Instruct's published sizes
+    "text_config": {
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "vision_config": {
+        "depth": 27,
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_heads": 16,
+        "out_hidden_size": 4096,
+        "patch_size": 16,
+        "deepstack_visual_indexes": [8, 16, 24],
+    },
+}
+
+
+def test_qwen3_vl_sizes_and_deepstack_terms() -> None:
+    """Qwen3-VL: no windows, 16-px patches, 144 KiB of keys/values per token, and three
+    DeepStack layers whose features the prefill holds twice (handed in, concatenated) and
+    the tower keeps as merged outputs."""
+    shape = model_shape(Qwen3VLConfig(**QWEN3_8B), torch.bfloat16)
+    v = shape.vision
+    assert (v.patch_input, v.window_patches, v.full_blocks, v.deepstack_layers) == (
+        3 * 2 * 16 * 16,
+        0,
+        27,
+        3,
+    )
+    assert shape.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2 == 144 * 1024
+    flat = replace(shape, vision=replace(v, deepstack_layers=0))
+    request = RequestShape([grid(32)], 1024, 60, 256)
+    with_ds, without = estimate(request, shape), estimate(request, flat)
+    assert with_ds.prefill - without.prefill == 2 * 3 * 1024 * 4096 * 2
+    assert with_ds.vision - without.vision == 3 * 1024 * 4096 * 2
 
 
 def grid(tokens_side: int) -> ImageGrid:

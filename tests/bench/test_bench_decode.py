@@ -4,6 +4,7 @@ web path (uvicorn, API token, streaming client) and stock ``generate`` in one pr
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -42,3 +43,39 @@ def test_tiny_cpu_dry_run(tmp_path: Path) -> None:
     assert engine["cached_hits"] == [1]  # the cached-image TTFT really hit the cache
     assert web["client_tok_s"] is None or web["client_tok_s"] > 0
     assert web["runs"][0]["tokens"] >= 1
+
+
+@pytest.mark.slow
+def test_qwen3_beside_qwen25_in_one_run(tmp_path: Path) -> None:
+    """The Qwen3-VL architecture (DeepStack, 16-px patches) runs through the same phases as
+    Qwen2.5-VL's in one invocation, and the comparison sets them side by side."""
+    bench = load_bench()
+    args = bench.parse(
+        [
+            "--arch", "tiny,qwen3-tiny", "--device", "cpu", "--reps", "1", "--warmup", "0",
+            "--new-tokens", "8", "--workdir", str(tmp_path),
+        ]
+    )  # fmt: skip
+    result = bench.run_all(args)
+    runs = {run["arch"]: run for run in result["runs"]}
+    assert sorted(runs) == ["qwen3-tiny-l2-d3", "tiny-l2-d2"]
+    config = json.loads((tmp_path / "qwen3-tiny-l2-d3" / "config.json").read_text())
+    assert config["model_type"] == "qwen3_vl"
+    assert config["vision_config"]["patch_size"] == 16
+    assert config["quantization_config"]["version"] == "gemm"
+    for run in runs.values():
+        engine, stock = run["engine"], run["stock_generate_bf16"]
+        assert engine["ttft_ms_1_image"] > 0 and engine["ttft_ms_3_images"] > 0
+        assert engine["cached_hits"] == [1]
+        assert stock["decode"]["tokens"] == 8
+    for arch, row in result["comparison"].items():
+        assert row["engine_tok_s"] is None or row["engine_tok_s"] > 0, arch
+        assert row["stock_tok_s"] > 0
+    assert result["comparison"]["tiny-l2-d2"]["gb_read_per_s_vs_first"] in (1.0, None)
+
+
+def test_an_unknown_architecture_is_refused() -> None:
+    bench = load_bench()
+    with pytest.raises(SystemExit):
+        bench.parse(["--arch", "tiny,qwen9"])
+    assert bench.parse(["--arch", "qwen3-8b"]).arch == ["qwen3-8b"]

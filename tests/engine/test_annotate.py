@@ -71,3 +71,12 @@ def test_the_result_is_upright_and_the_box_lands_where_the_model_saw_it(
 def test_colours_can_be_given_for_the_whole_answer() -> None:
     out = annotate(stored(1), [Box(1, "b", (10, 10, 50, 50))], {"b": (1, 2, 3)})
     assert out.getpixel((10, 30)) == (1, 2, 3)
+
+
+def test_a_label_near_the_right_edge_stays_on_the_image() -> None:
+    """A long label on a box at the right edge: its tab ends at the image's edge, whole."""
+    out = annotate(stored(1), [Box(1, "a rather long label", (270, 100, 300, 150))])
+    row = [out.getpixel((x, 95)) for x in range(300)]  # across the tab, above the box
+    filled = [x for x, pixel in enumerate(row) if pixel != WHITE]
+    assert filled and filled[-1] == 299  # reaches the edge ...
+    assert filled[0] < 270 - 40  # ... from well left of the box: the tab was moved, not cut

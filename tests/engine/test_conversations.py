@@ -110,3 +110,35 @@ async def test_the_owner_lists_renames_and_deletes(state: State) -> None:
         await store.get(ALICE, first.id)
     assert await store.delete(ALICE, third.id)
     assert [s.id for s in await store.owned(ALICE)] == [second.id]
+
+
+async def test_describe_adds_what_the_last_answer_was_made_of(state: State) -> None:
+    store = ConversationStore(state, ttl_s=120)
+    conv = await store.create("acme", ALICE)
+    await store.attach(conv, {"s1": b"1"})
+    await store.append(conv, StoredTurn("Where?", '{"bbox_2d": [1, 2, 3, 4]}', []), {})
+    boxes = [{"sha256": "s1", "label": "circle", "box": [1, 2, 3, 4]}]
+    stages = [{"stage": "decoding", "index": 1, "total": 1}]
+    assert await store.describe(
+        ALICE, conv.id, '{"bbox_2d": [1, 2, 3, 4]}', answer_text="circle", boxes=boxes,
+        stages=stages, timings={"total": 0.5}, model="a/b@main", answered=12.0,
+    )  # fmt: skip
+    turn = (await store.get(ALICE, conv.id)).turns[-1]
+    assert turn.images == ["s1"] and turn.boxes == boxes and turn.stages == stages
+    assert turn.shown_answer == "circle" and turn.model == "a/b@main"
+    assert turn.timings == {"total": 0.5} and turn.answered == 12.0
+    # a later turn keeps its own record; the earlier one keeps its
+    await store.append(await store.get(ALICE, conv.id), StoredTurn("And?", "no", []), {})
+    again = await store.get(ALICE, conv.id)
+    assert again.turns[0].boxes == boxes and again.turns[1].boxes == []
+    assert again.turns[1].shown_answer == "no"
+
+
+async def test_describe_leaves_a_turn_that_is_not_the_answer_alone(state: State) -> None:
+    store = ConversationStore(state, ttl_s=120)
+    conv = await store.create("acme", ALICE)
+    await store.append(conv, StoredTurn("q", "a", []), {})
+    assert not await store.describe(ALICE, conv.id, "another answer", model="x")
+    assert not await store.describe("acme/bob", conv.id, "a", model="x")  # not bob's
+    assert not await store.describe(ALICE, "gone", "a", model="x")
+    assert (await store.get(ALICE, conv.id)).turns[0].model == ""

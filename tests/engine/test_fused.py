@@ -1,6 +1,6 @@
 """Fused int4 projections (``qwen_ui.engine.fused``): the same logits and greedy tokens as
-the separate q/k/v and gate/up layers, for Qwen2.5-VL and Qwen2-VL AWQ checkpoints; other
-families load unfused."""
+the separate q/k/v and gate/up layers, for Qwen2.5-VL, Qwen2-VL and Qwen3-VL (per-head q/k
+norms) AWQ checkpoints."""
 
 from __future__ import annotations
 
@@ -47,14 +47,15 @@ def family_store(family: str, tmp: pytest.TempPathFactory) -> ModelStore:
     return store
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def pair(
     request: pytest.FixtureRequest, tiny_store: ModelStore, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Loaded, Loaded]:
     if request.param == "qwen2_5_vl":
         return load(tiny_store, TINY_ID, False), load(tiny_store, TINY_ID, True)
-    store = family_store("qwen2_vl", tmp_path_factory)
-    return load(store, "test/qwen2_vl", False), load(store, "test/qwen2_vl", True)
+    family = str(request.param)
+    store = family_store(family, tmp_path_factory)
+    return load(store, f"test/{family}", False), load(store, f"test/{family}", True)
 
 
 def int4_layers(loaded: Loaded) -> list[str]:
@@ -99,13 +100,6 @@ def test_fused_layers_keep_the_dequantized_prefill(tiny_store: ModelStore) -> No
     assert qkv and all(isinstance(m, Int4Linear) and m.prefill_rows == 16 for m in qkv)
     plain = load(tiny_store, TINY_ID, False, prefill_rows=16)
     assert greedy(plain, "eager") == greedy(fused, "eager")
-
-
-def test_other_families_load_unfused(tmp_path_factory: pytest.TempPathFactory) -> None:
-    store = family_store("qwen3_vl", tmp_path_factory)
-    loaded = load(store, "test/qwen3_vl", True)
-    names = int4_layers(loaded)
-    assert names and not any(n.endswith(("qkv_proj", "gate_up_proj")) for n in names)
 
 
 def test_the_setting_reaches_the_engine(tmp_path: Path, tiny_store: ModelStore) -> None:

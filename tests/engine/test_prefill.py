@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from qwen_ui.engine import prefill
 from qwen_ui.engine.awq import Int4Linear, dequantize_for_kernel
 from qwen_ui.engine.generate import Generation, SamplingOptions, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
@@ -17,7 +18,7 @@ from qwen_ui.engine.prefill import compile_prefill, rms_norm
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID
-from tests.engine.support import prefill_logits
+from tests.engine.support import build_family_model, prefill_logits, write_awq_checkpoint
 
 ROWS = 16
 SCENES = [Image.new("RGB", (100, 80), (255, 0, 0)), Image.new("RGB", (60, 120), (0, 0, 255))]
@@ -98,3 +99,36 @@ def greedy(loaded: Loaded, count: int) -> list[int]:
     generation = Generation(loaded.language.model, prompt, SamplingOptions(12))
     run(generation, [], tokens.append, bool)
     return tokens
+
+
+def test_qwen3_head_norms_compile_for_prompts_only(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Qwen3-VL: its per-head q/k norms (inputs ``[batch, rows, heads, head_dim]``) take the
+    compiled norm for a prompt and the eager one for a decode step's single row; the
+    compiled prefill gives the eager one's logits and tokens."""
+    root = tmp_path_factory.mktemp("qwen3")
+    store = ModelStore(root / "store")
+    plain = build_family_model("qwen3_vl", root / "plain")
+    store.install(write_awq_checkpoint(plain, root / "awq"), "test/qwen3_vl", "awq")
+    spec = ModelSpec("test/qwen3_vl", "awq", "cpu", 3136, 128 * 128, ROWS, "batched", True)
+    eager, fast = (Pipelines(store, spec, EngineStatus()).load() for _ in range(2))
+    q_norm = fast.language.model.model.language_model.layers[0].self_attn.q_norm
+    calls: list[int] = []
+
+    def spy(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        calls.append(int(hidden.shape[1]))
+        return rms_norm(hidden, weight, eps)
+
+    forward = prefill._norm_forward(q_norm, spy)
+    heads, dim = 2, q_norm.weight.shape[0]
+    forward(torch.randn(1, 1, heads, dim))  # a decode step: eager
+    forward(torch.randn(1, 9, heads, dim))
+    forward(torch.randn(1, 1, dim))  # the [batch, rows, hidden] form alike
+    forward(torch.randn(1, 9, dim))
+    assert calls == [9, 9]
+    compile_prefill(fast.language.model)
+    torch._dynamo.reset()
+    reference, compiled = (prefill_logits(m, SCENES) for m in (eager, fast))
+    torch.testing.assert_close(compiled, reference, rtol=1e-4, atol=1e-4)
+    assert greedy(fast, 2) == greedy(eager, 2)

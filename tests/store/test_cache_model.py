@@ -215,3 +215,37 @@ def test_failed_download_says_rerun(env: dict[str, str]) -> None:
         assert result.returncode == 0, result.stderr
         assert hub.downloads == ["tokenizer.json"]  # the rest was kept from the first run
     assert store.verify(MODEL, "master", full=True)
+
+
+FP8 = b'{"model_type": "qwen3_vl", "quantization_config": {"quant_method": "fp8"}}'
+
+
+def test_a_layout_the_engine_cannot_run_is_refused_before_the_download(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    files = {**model_files(seed=9), "config.json": FP8}
+    with FakeModelScope(MODEL, files) as hub:
+        env["MODELSCOPE_ENDPOINT"] = hub.url
+        result = script(env, MODEL)
+        assert result.returncode == 7, result.stdout + result.stderr
+        assert "FP8 weights are not supported by the local engine" in result.stderr
+        assert hub.downloads == ["config.json"]  # no weights
+    store = ModelStore(env["QWEN_UI_MODEL_DIR"])
+    assert not store.is_installed(MODEL, "master")
+    src = str(make_model(tmp_path / "src", files))
+    refused = script(env, "--from-dir", src, MODEL)
+    assert refused.returncode == 2 and "FP8 weights" in refused.stderr
+    assert not store.is_installed(MODEL, "master")
+    forced = script(env, "--skip-layout-check", "--from-dir", src, MODEL)
+    assert forced.returncode == 0, forced.stderr
+    assert store.is_installed(MODEL, "master")
+
+
+def test_the_checked_config_is_not_downloaded_twice(env: dict[str, str]) -> None:
+    files = model_files(seed=10)
+    with FakeModelScope(MODEL, files) as hub:
+        env["MODELSCOPE_ENDPOINT"] = hub.url
+        result = script(env, MODEL)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "checkpoint layout: Qwen2.5-VL, unquantized" in result.stdout
+        assert sorted(hub.downloads) == sorted(files)  # config.json once, by the check

@@ -155,3 +155,34 @@ def test_install_missing_dir(
 ) -> None:
     code, _out, err = run(capsys, "install", str(tmp_path / "nope"), "--model-id", MODEL)
     assert code == 2 and "is not a directory" in err
+
+
+FP8_CONFIG = (
+    b'{"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"], '
+    b'"quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}'
+)
+
+
+def test_install_and_adopt_refuse_a_layout_the_engine_cannot_run(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {"config.json": FP8_CONFIG, "model.safetensors": b"x" * 100}
+    src = make_model(tmp_path / "fp8", files)
+    code, out, err = run(capsys, "install", str(src), "--model-id", MODEL)
+    assert code == 2 and out == ""
+    assert err.startswith("error: This checkpoint cannot run on the local engine: FP8 weights")
+    assert "Qwen/Qwen3-VL-8B-Instruct" in err  # what to install instead
+    cache = tmp_path / "cache"
+    make_model(cache / "models" / "Qwen--Tiny-VL" / "snapshots" / "master", files)
+    code, _out, err = run(capsys, "adopt", str(cache))
+    assert code == 2 and "FP8 weights" in err
+    assert not ModelStore(root).is_installed(MODEL, "master")  # nothing was copied
+    code, out, _ = run(capsys, "install", str(src), "--model-id", MODEL, "--skip-layout-check")
+    assert code == 0 and f"installed {MODEL}@master" in out
+
+
+def test_install_names_the_layout_it_accepted(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _out, err = run(capsys, "install", str(make_model(tmp_path / "a")), "--model-id", MODEL)
+    assert code == 0 and "checkpoint layout: Qwen2.5-VL, unquantized" in err

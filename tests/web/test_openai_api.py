@@ -314,3 +314,33 @@ def test_listed_hosts_images_are_fetched(
         assert_openai_error(big, 413, "image_too_large")
         other = raw(client, token, image_message("http://localhost:1/scene.png"))
         assert_openai_error(other, 400, "image_url_refused")
+
+
+def test_boxes_come_back_as_an_extension_in_original_pixels(
+    http: TestClient, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qwen_ui.admission.tokens import Geometry, resized
+    from tests.engine.support import force_answer
+
+    answer = '```json\n[{"bbox_2d": [0, 0, 28, 28], "label": "red circle", "image": 2}]\n```'
+    force_answer(monkeypatch, services_of(http.app).engine, answer)
+    client = sdk(http, tokens["demo"])
+    # the second image (224 x 112) is resized by the processor (at most 112 x 112 pixels):
+    # the box, in the resized image's pixels, comes back scaled to the file's own
+    width, height = resized(224, 112, Geometry(14, 2, 2, 3136, 112 * 112))
+    assert (width, height) != (224, 112)
+    box = [0, 0, round(28 * 224 / width), round(28 * 112 / height)]
+    messages: Any = [user("Where is the red circle?", png((112, 56)), png((224, 112)))]
+    reply = client.chat.completions.create(model=MODEL, messages=messages)
+    message = reply.choices[0].message
+    assert message.content == answer  # the model's own words, for stock clients
+    expected = [{"image": 2, "label": "red circle", "box": box}]
+    assert message.model_extra == {"boxes": expected}
+    chunks = list(client.chat.completions.create(model=MODEL, messages=messages, stream=True))
+    final = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(final) == 1 and final[0].choices[0].delta.model_extra["boxes"] == expected  # type: ignore[index]
+    others = [c.choices[0].delta.model_extra for c in chunks if c.choices and c not in final]
+    assert all("boxes" not in (extra or {}) for extra in others)
+    force_answer(monkeypatch, services_of(http.app).engine, "Nothing to locate.")
+    plain = client.chat.completions.create(model=MODEL, messages=messages)
+    assert plain.choices[0].message.model_extra["boxes"] == []  # type: ignore[index]

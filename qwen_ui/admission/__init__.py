@@ -7,6 +7,8 @@ one engine module imported here) and gets back the bytes to reserve.
 * :mod:`~qwen_ui.admission.estimate`: a request's peak memory, per phase;
 * :mod:`~qwen_ui.admission.controller`: the budget, the FIFO with per-tenant limits, the
   reservation context manager that always releases;
+* :mod:`~qwen_ui.admission.share`: a continuous batch's one shared reservation (its slot
+  cache once, and each request's part);
 * :mod:`~qwen_ui.admission.budget`: the budget from the settings and the engine's placement;
 * :mod:`~qwen_ui.admission.seam`: the engine's admission seam (fit, downscale, reserve);
 * :mod:`~qwen_ui.admission.metrics` and :mod:`~qwen_ui.admission.errors`.

@@ -14,6 +14,11 @@ Waiting is bounded: a full line (``queue_max``) refuses at once and a wait longe
 ``timeout_s`` gives up, both with a busy error carrying ``retry_after``. Positions and an
 estimated wait are reported to each waiter when they change. The reservation is released
 when the ``async with`` block ends however it ends: answer, error, cancellation, timeout.
+
+A request that joins the engine's continuous batch comes with its shape: it is charged
+what its joining adds to the batch's one shared reservation (:mod:`qwen_ui.admission.share`:
+its own transient work, and the slot cache's growth when it needs more) instead of bytes
+of its own; the same rules apply to that charge.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from qwen_ui.admission.errors import NeverFits, QueueFull, QueueTimeout, human_bytes
+from qwen_ui.admission.estimate import RequestShape
 from qwen_ui.admission.metrics import AdmissionMetrics
+from qwen_ui.admission.share import BatchShare
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,9 @@ class Ticket:
     granted: asyncio.Future[None] = field(default_factory=_future)
     admitted: float = 0.0
     last_ahead: int = -1
+    shape: RequestShape | None = None  # joins the batch's shared reservation
+    share: BatchShare | None = None  # the share it joined, once admitted
+    charged: int = 0  # bytes added to the budget's use when admitted
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ class AdmissionController:
         self._waiting: list[Ticket] = []
         self._seq = itertools.count()
         self._hold_s = INITIAL_HOLD_S
+        self.share: BatchShare | None = None
         self.set_budget(budget)
 
     # --- state ----------------------------------------------------------------------
@@ -131,6 +142,12 @@ class AdmissionController:
         self.metrics.budget.set(self._budget)
         self._pump()
 
+    def use_share(self, share: BatchShare | None) -> None:
+        """Requests reserved with a shape join ``share`` from now on (None: each reserves
+        its own bytes)."""
+        self.share = share
+        self._pump()
+
     def fits_alone(self, nbytes: int) -> bool:
         return nbytes <= self._budget
 
@@ -142,10 +159,16 @@ class AdmissionController:
     # --- the reservation ------------------------------------------------------------
     @asynccontextmanager
     async def reserve(
-        self, tenant: str, nbytes: int, report: Report | None = None
+        self,
+        tenant: str,
+        nbytes: int,
+        report: Report | None = None,
+        shape: RequestShape | None = None,
     ) -> AsyncIterator[Grant]:
-        """Hold ``nbytes`` for ``tenant`` for the duration of the block."""
-        ticket = self._ticket(tenant, nbytes, report or _no_report)
+        """Hold ``nbytes`` for ``tenant`` for the duration of the block; with ``shape``
+        (and a batch share in use), the request's part of the batch's shared reservation
+        instead (``nbytes``: what it needs alone)."""
+        ticket = self._ticket(tenant, nbytes, report or _no_report, shape)
         await self._acquire(ticket)
         grant = Grant(tenant, nbytes, self.clock() - ticket.arrived)
         try:
@@ -153,19 +176,22 @@ class AdmissionController:
         finally:
             self._release(ticket)
 
-    def _ticket(self, tenant: str, nbytes: int, report: Report) -> Ticket:
+    def _ticket(
+        self, tenant: str, nbytes: int, report: Report, shape: RequestShape | None
+    ) -> Ticket:
         if nbytes > self._budget:
             self.metrics.refusals.labels("never_fits").inc()
             raise NeverFits(needed=human_bytes(nbytes), budget=human_bytes(self._budget))
-        if len(self._waiting) >= self.queue_max and not self._would_admit_now(tenant, nbytes):
+        ticket = Ticket(tenant, nbytes, next(self._seq), self.clock(), report, shape=shape)
+        if len(self._waiting) >= self.queue_max and not self._would_admit_now(ticket):
             self.metrics.refusals.labels("queue_full").inc()
             wait = max(1.0, self.estimated_wait(len(self._waiting)))
             raise QueueFull(retry_after=wait, waiting=len(self._waiting), seconds=round(wait))
-        return Ticket(tenant, nbytes, next(self._seq), self.clock(), report)
+        return ticket
 
-    def _would_admit_now(self, tenant: str, nbytes: int) -> bool:
+    def _would_admit_now(self, ticket: Ticket) -> bool:
         """True when a new ticket would pass every waiter (none are eligible ahead of it)."""
-        return not self._waiting and self._eligible(tenant, nbytes)
+        return not self._waiting and self._eligible(ticket)
 
     async def _acquire(self, ticket: Ticket) -> None:
         self._waiting.append(ticket)
@@ -202,7 +228,10 @@ class AdmissionController:
         self._pump()
 
     def _release(self, ticket: Ticket) -> None:
-        self._in_use -= ticket.nbytes
+        if ticket.share is not None:
+            self._in_use -= ticket.share.leave(ticket.seq)
+        else:
+            self._in_use -= ticket.charged
         left = self._inflight.get(ticket.tenant, 0) - 1
         if left > 0:
             self._inflight[ticket.tenant] = left
@@ -214,9 +243,9 @@ class AdmissionController:
         self._pump()
 
     # --- moving the line ------------------------------------------------------------
-    def _eligible(self, tenant: str, nbytes: int) -> bool:
-        below_limit = self._inflight.get(tenant, 0) < self.tenant_limit(tenant)
-        return below_limit and nbytes <= self._budget - self._in_use
+    def _eligible(self, ticket: Ticket) -> bool:
+        below_limit = self._inflight.get(ticket.tenant, 0) < self.tenant_limit(ticket.tenant)
+        return below_limit and self._cost(ticket) <= self._budget - self._in_use
 
     def _pump(self) -> None:
         admitted = False
@@ -226,16 +255,27 @@ class AdmissionController:
                 limits[ticket.tenant] = self.tenant_limit(ticket.tenant)
             if self._inflight.get(ticket.tenant, 0) >= limits[ticket.tenant]:
                 continue  # the tenant is at its limit: keep the place, let others pass
-            if ticket.nbytes > self._budget - self._in_use:
+            if self._cost(ticket) > self._budget - self._in_use:
                 break  # head of line for bytes: nobody overtakes a request that waits for room
             self._admit(ticket)
             admitted = True
         if admitted or self._waiting:
             self._report_all()
 
+    def _cost(self, ticket: Ticket) -> int:
+        """What admitting ``ticket`` now adds to the budget's use."""
+        if ticket.shape is not None and self.share is not None:
+            return self.share.growth(ticket.shape)
+        return ticket.nbytes
+
     def _admit(self, ticket: Ticket) -> None:
         self._waiting.remove(ticket)
-        self._in_use += ticket.nbytes
+        if ticket.shape is not None and self.share is not None:
+            ticket.share = self.share
+            ticket.charged = self.share.join(ticket.seq, ticket.shape)
+        else:
+            ticket.charged = ticket.nbytes
+        self._in_use += ticket.charged
         self.max_in_use = max(self.max_in_use, self._in_use)
         count = self._inflight[ticket.tenant] = self._inflight.get(ticket.tenant, 0) + 1
         self.max_inflight[ticket.tenant] = max(self.max_inflight.get(ticket.tenant, 0), count)

@@ -42,7 +42,9 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
 A **batch** of sequences decoding together (:func:`batch_peak`) holds every sequence's
 KV cache, plus the larger of one newcomer's own work (its images and prefill: newcomers
 join one at a time between decode steps) and one decode step's transients summed over
-the rows. For a single request that is the request's own peak.
+the rows. For a single request that is the request's own peak. With continuous batching
+the sequences share one slot cache (:func:`_slot_batch`); :func:`slot_batch_total` is what
+the controller reserves for such a batch, once (:mod:`qwen_ui.admission.share`).
 
 Coefficients below count tensors alive at the same moment in transformers' Qwen2.5-VL
 code (``modeling_qwen2_5_vl.py``, 5.x); ``tests/admission/test_estimate.py`` checks the
@@ -336,30 +338,62 @@ def slot_count(rows: int, model: ModelShape) -> int:
     return min(bucket, max(model.batch_limit, rows))
 
 
-def _slot_batch(requests: Sequence[RequestShape], model: ModelShape) -> int:
+def _slot_batch(
+    requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
+) -> int:
     """A continuous batch (:mod:`qwen_ui.engine.slots`): one slot cache of
     :func:`slot_count` slots, each as long as the longest sequence's cache; while a longer
     newcomer grows it, the old tensors beside the new. Newcomers (at worst all of them at
     once) have their images encoded in one pass and are prefilled together, padded to the
     longest prompt, into a dynamic cache that is then copied into the slots; a decode step
-    runs over the slots' rows."""
+    runs over the slots' rows. The cache never shrinks while the batch runs: ``rows`` and
+    ``longest`` (cache positions) are the most sequences and the longest cache it held
+    since it was last empty (``rows``: before the last of ``requests`` joined). The slots
+    never outnumber ``batch_limit`` (later requests wait for a free one)."""
     kv_token = model.kv_bytes_per_token
-    lengths = sorted(cache_positions(r, model) for r in requests)
-    slots = slot_count(len(requests), model)
+    lengths = sorted([cache_positions(r, model) for r in requests] + ([longest] if longest else []))
+    slots = slot_count(min(max(len(requests), rows), model.batch_limit), model)
+    # the slots the cache had before the last newcomer (0: none, it came alone)
+    before = min(max(rows, len(requests) - 1), model.batch_limit)
+    earlier = slot_count(before, model) if before else 0
     cache = slots * lengths[-1] * kv_token
-    grown = slots * lengths[-2] * kv_token if len(lengths) > 1 else 0
-    rows = len(requests) * max(r.prompt_tokens for r in requests)
-    prefill_kv = kv_token * rows
+    grown = _grown_from(lengths, slots, earlier) * kv_token
+    padded = len(requests) * max(r.prompt_tokens for r in requests)
+    prefill_kv = kv_token * padded
     images = sum(r.image_tokens for r in requests)
-    prefill = prefill_kv + eager_prefill(rows, images, model)
+    prefill = prefill_kv + eager_prefill(padded, images, model)
     vision = _encoded_together([g for r in requests for g in r.encode], model)
     step = slots * decode_step(
         RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0)
     )
     # a lone sequence is prefilled before any slot exists; a newcomer to a running batch
-    # beside the slots (counted at their final size)
-    existing = cache if len(requests) > 1 else 0
+    # beside the slots the others hold (counted at the longest length)
+    existing = earlier * lengths[-1] * kv_token
     return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
+
+
+def _grown_from(lengths: Sequence[int], slots: int, earlier: int) -> int:
+    """Positions of the slot cache before its last growth (alive beside the new one while
+    the running sequences' keys and values are copied): the same slots at the longest
+    length below the top, or, where the slots grew (no graphs) from ``earlier``, those at
+    the top length. Sequences of one length in a graphed cache never grow it."""
+    top = lengths[-1]
+    shorter = max((n for n in lengths if n < top), default=0)
+    return max(slots * shorter, earlier * top if earlier < slots else 0)
+
+
+def slot_batch_total(
+    requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
+) -> int:
+    """What a continuous batch of ``requests`` needs, its slot cache made for at least
+    ``rows`` sequences and ``longest`` positions (what it held since it was last empty,
+    before the last of ``requests`` joined), with the
+    workspace added as for one request: the controller's one shared reservation for the
+    batch (:class:`qwen_ui.admission.share.BatchShare`)."""
+    if not requests:
+        return 0
+    peak = _slot_batch(requests, model, rows, longest)
+    return peak + WORKSPACE_BYTES + int(WORKSPACE_SHARE * peak)
 
 
 def _batched(request: RequestShape, model: ModelShape) -> Estimate:

@@ -23,7 +23,9 @@ from qwen_ui.admission.controller import (
     unlimited,
 )
 from qwen_ui.admission.errors import ImagesNeverFit, NeverFits, human_bytes
+from qwen_ui.admission.estimate import RequestShape
 from qwen_ui.admission.metrics import AdmissionMetrics
+from qwen_ui.admission.share import BatchShare
 from qwen_ui.admission.sizing import (
     Sized,
     downscaled_size,
@@ -51,6 +53,8 @@ class EngineAdmission:
         """The served model's facts (once per snapshot): they set the budget."""
         if self._facts != facts:
             self._facts = facts
+            batching = facts.shape.batch_limit > 0
+            self.controller.use_share(BatchShare(facts.shape) if batching else None)
             self._update_budget()
 
     def loaded(self, resident_bytes: int) -> None:
@@ -72,7 +76,7 @@ class EngineAdmission:
         fits = sized.estimate.total <= budget
         if fits or not ask.new_sizes or not self.settings.downscale_to_fit:
             self._check_fits(sized)
-            return Fit(sized.estimate.total)
+            return Fit(sized.estimate.total, sized=sized.shape)
         max_pixels = largest_fitting_max_pixels(facts, ask, budget)
         if max_pixels is None:
             self._check_fits(sized)
@@ -81,13 +85,14 @@ class EngineAdmission:
         smaller = size_request(facts, replace(ask, new_sizes=new_sizes))  # as the engine sends
         self.controller.metrics.downscaled.inc()
         log.info("request %s: images downscaled to %d pixels", ask.request_id, max_pixels)
-        return Fit(smaller.estimate.total, max_pixels, new_sizes)
+        return Fit(smaller.estimate.total, max_pixels, new_sizes, sized=smaller.shape)
 
-    def reserve(
-        self, tenant: str, nbytes: int, report: Report
-    ) -> AbstractAsyncContextManager[Grant]:
-        """Hold ``nbytes`` for ``tenant`` (waiting in line, reporting the position)."""
-        return self.controller.reserve(tenant, nbytes, report)
+    def reserve(self, tenant: str, fit: Fit, report: Report) -> AbstractAsyncContextManager[Grant]:
+        """Hold what ``fit`` needs for ``tenant`` (waiting in line, reporting the
+        position): with continuous batching, the request's part of the batch's shared
+        reservation (:mod:`qwen_ui.admission.share`), else ``fit.nbytes``."""
+        shape = fit.sized if isinstance(fit.sized, RequestShape) else None
+        return self.controller.reserve(tenant, fit.nbytes, report, shape)
 
     # --- sizing -----------------------------------------------------------------------
     @property

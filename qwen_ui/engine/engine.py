@@ -144,9 +144,9 @@ class Admission(Protocol):
         ...
 
     def reserve(
-        self, tenant: str, nbytes: int, report: QueueReport
+        self, tenant: str, fit: Fit, report: QueueReport
     ) -> AbstractAsyncContextManager[Any]:
-        """Hold ``nbytes`` for ``tenant`` around the GPU work (reporting the queue)."""
+        """Hold what ``fit`` says for ``tenant`` around the GPU work (reporting the queue)."""
         ...
 
 
@@ -454,7 +454,7 @@ class Engine:
         def report(ahead: int, wait_s: float = 0.0) -> None:
             events.put_nowait(Stage("queued", ahead=ahead, wait_s=wait_s))
 
-        return self.admission.reserve(tenant, fit.nbytes, report)
+        return self.admission.reserve(tenant, fit, report)
 
     async def served_model(self) -> ServedModel:
         """The served model's facts (computed once per snapshot, from its config and

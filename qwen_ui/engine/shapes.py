@@ -125,8 +125,12 @@ class AskShape:
 @dataclass(frozen=True)
 class Fit:
     """Admission's answer: reserve ``nbytes``; with ``max_pixels``, downscale the new
-    images to ``new_sizes`` first (the estimate is already theirs)."""
+    images to ``new_sizes`` first (the estimate is already theirs). ``sized``: admission's
+    own record of the request as it sized it (opaque to the engine), handed back with the
+    fit to admission's ``reserve``: a request joining a continuous batch reserves its part
+    of the batch's need by it."""
 
     nbytes: int
     max_pixels: int | None = None
     new_sizes: tuple[Size, ...] = ()
+    sized: object = None

@@ -3,6 +3,7 @@ allocator's measured peak of real requests through the engine (tiny random model
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -388,3 +389,50 @@ def test_batching_placement_and_budget(tmp_path: Path, monkeypatch: pytest.Monke
     assert pool_reserve(settings, where) == settings.static_cache_pool_bytes  # idle slots
     cpu = facts.placement(settings, torch.device("cpu"))
     assert (cpu.batch_limit, cpu.batch_graphs) == (8, False)
+
+
+async def _answered(engine: Engine, request: Any, streaming: asyncio.Event) -> str:
+    """Ask; ``streaming`` is set at the first token. The last event's type."""
+    last = ""
+    async for event in engine.ask(request):
+        last = event.type
+        if event.type == "token":
+            streaming.set()
+    streaming.set()
+    return last
+
+
+async def test_a_batch_reservation_covers_its_measured_peak(
+    tmp_path: Path, tiny_store: ModelStore
+) -> None:
+    """A long answer streams; two newcomers of other lengths (one large image, two
+    images) join its continuous batch. The most the controller held at once (the batch's
+    shared reservation) against the allocator's peak on the worker thread meanwhile."""
+    w = await start(tmp_path, tiny_store, max_pixels=896 * 896, max_new_tokens_limit=4096)
+    first = ask([noise((320, 240), 40)], max_new_tokens=200)  # a 512-position slot
+    joining = [
+        ask([noise((896, 672), 41)], max_new_tokens=2),
+        ask([noise((448, 448), 42), noise((640, 480), 43)], max_new_tokens=40),
+    ]
+    try:
+        assert (await collect(w.engine, ask([noise((64, 64), 0)])))[-1].type == "done"
+        w.controller.max_in_use = 0
+        prof = profile(
+            activities=[ProfilerActivity.CPU],
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=True,
+        )
+        await _on_worker(w.engine, prof.__enter__)
+        streaming = asyncio.Event()
+        running = asyncio.create_task(_answered(w.engine, first, streaming))
+        await streaming.wait()
+        later = [_answered(w.engine, r, asyncio.Event()) for r in joining]
+        ends = await asyncio.gather(running, *later)
+        await _on_worker(w.engine, lambda: prof.__exit__(None, None, None))
+        measured, reserved = _peak(prof), w.controller.max_in_use
+        assert ends == ["done"] * 3 and w.controller.in_use == 0
+        assert w.controller.max_inflight[first.tenant] == 3  # they ran together
+        assert measured <= reserved <= 1.3 * measured + WORKSPACE_BYTES, (measured, reserved)
+    finally:
+        await w.engine.close()

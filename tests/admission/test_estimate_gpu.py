@@ -68,6 +68,15 @@ SINGLES: list[list[Size]] = [
     [(1024, 768)] * 5,  # 5,000+ prompt tokens: not replayed, dequantized
 ]
 BATCHES: list[tuple[int, Size]] = [(4, (640, 480)), (8, (1024, 768))]
+# users of one batch with other images and other cache lengths (CACHE_STEP multiples)
+MIXED: list[tuple[list[Size], int]] = [
+    ([(640, 480)], 1),
+    ([(1024, 768)], 2),
+    ([(1920, 1080)], 1),
+    ([], 3),
+    ([(1024, 768), (800, 1200)], 1),
+    ([(224, 224)], 2),
+]
 ROWS: list[dict[str, Any]] = []
 
 
@@ -99,13 +108,17 @@ async def served() -> AsyncIterator[tuple[Engine, EngineAdmission]]:
 
 
 async def _sized(
-    engine: Engine, admission: EngineAdmission, sizes: list[Size], rng: random.Random
+    engine: Engine,
+    admission: EngineAdmission,
+    sizes: list[Size],
+    rng: random.Random,
+    steps: int = 1,
 ) -> tuple[AskRequest, Any]:
-    """A request whose static cache is a multiple of :data:`CACHE_STEP` long, and its
-    estimate."""
+    """A request whose static cache is a multiple of :data:`CACHE_STEP` long (at least
+    ``steps`` of them), and its estimate."""
     probe = _request(sizes, 1, rng)
     prompt = admission.size(await engine.shape(probe, sizes)).shape.prompt_tokens
-    cache = -(-(prompt + 64) // CACHE_STEP) * CACHE_STEP
+    cache = max(steps, -(-(prompt + 64) // CACHE_STEP)) * CACHE_STEP
     request = _request(sizes, cache - prompt, rng)
     return request, admission.size(await engine.shape(request, sizes))
 
@@ -210,7 +223,38 @@ async def test_batch_estimate_tracks_the_peak(
     warm = [(await _sized(engine, admission, [size], rng))[0] for _ in range(users)]
     await _measured(engine, warm)
     pairs = [await _sized(engine, admission, [size], rng) for _ in range(users)]
+    admission.controller.max_in_use = 0
     measured = await _measured(engine, [request for request, _ in pairs])
+    reserved = admission.controller.max_in_use  # the batch's shared reservation
     estimate = batch_total([sized.shape for _, sized in pairs], admission.facts.shape)
     row = _row(f"batch of {users}", [f"{size[0]}x{size[1]}"], pairs[0][1], estimate, measured)
+    row["reserved_mib"] = round(reserved / 2**20, 1)
     assert LOW <= row["ratio"] <= HIGH, row
+    assert LOW <= reserved / measured <= HIGH, row
+
+
+async def test_mixed_batch_reservations_track_the_peak(
+    served: tuple[Engine, EngineAdmission],
+) -> None:
+    """Users of one batch with other images and cache lengths: what the controller held
+    for them at most (the batch's shared slot cache at the longest length, and each
+    one's own work) against the measured peak."""
+    engine, admission = served
+    if not hasattr(engine.settings, "max_batch"):
+        pytest.skip("the worker runs one request at a time: no batch to measure")
+    rng = random.Random(300)
+
+    async def users() -> list[tuple[AskRequest, Any]]:
+        return [await _sized(engine, admission, sizes, rng, steps) for sizes, steps in MIXED]
+
+    await _measured(engine, [request for request, _ in await users()])  # records, compiles
+    pairs = await users()
+    admission.controller.max_in_use = 0
+    measured = await _measured(engine, [request for request, _ in pairs])
+    reserved = admission.controller.max_in_use
+    estimate = batch_total([sized.shape for _, sized in pairs], admission.facts.shape)
+    sizes = ["+".join(f"{w}x{h}" for w, h in s) or "text" for s, _ in MIXED]
+    row = _row(f"mixed batch of {len(MIXED)}", sizes, pairs[0][1], estimate, measured)
+    row["reserved_mib"] = round(reserved / 2**20, 1)
+    assert LOW <= reserved / measured <= HIGH, row
+    assert reserved <= estimate  # never more than the batch's need as one estimate

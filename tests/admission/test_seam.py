@@ -26,7 +26,10 @@ async def test_prompt_size_is_exact_for_new_and_follow_up_turns(wired: Wired) ->
     sized = await wired.size(first, [(300, 200), (64, 480)])
     checked = decode_all(list(first.images), wired.engine.limits)
     shape = await wired.engine.shape(first, [c.size for c in checked])
-    assert (await wired.admission.fit(shape)).nbytes == sized.estimate.total
+    fit = await wired.admission.fit(shape)
+    assert fit.nbytes == sized.estimate.total
+    assert fit.sized == sized.shape  # handed back to reserve: the batch's share by it
+    assert wired.controller.share is not None  # the CPU engine batches (max_batch 8)
     done = (await collect(wired.engine, first))[-1]
     assert isinstance(done, Done) and done.prompt_tokens == sized.shape.prompt_tokens
     follow = ask([noise((500, 500), 3)], "And this one?", conversation_id=done.conversation_id)

@@ -250,13 +250,13 @@ async def test_admission_seam_is_entered_around_the_work(
             assert self.facts is not None and shape.text_tokens > 0
             return Fit(nbytes=len(shape.new_sizes))
 
-        def reserve(self, tenant: str, nbytes: int, report: Callable[[int], None]) -> Any:
+        def reserve(self, tenant: str, fit: Fit, report: Callable[[int], None]) -> Any:
             @asynccontextmanager
             async def reserve() -> AsyncIterator[None]:
                 report(2)
                 await asyncio.sleep(0.01)
                 report(1)
-                log.append(f"enter {nbytes}")
+                log.append(f"enter {fit.nbytes}")
                 try:
                     yield
                 finally:

@@ -67,6 +67,7 @@ class Ticket:
     admitted: float = 0.0
     last_ahead: int = -1
     shape: RequestShape | None = None  # joins the batch's shared reservation
+    pool: BatchShare | None = None  # the share it joins (its model's batch)
     share: BatchShare | None = None  # the share it joined, once admitted
     charged: int = 0  # bytes added to the budget's use when admitted
 
@@ -164,11 +165,13 @@ class AdmissionController:
         nbytes: int,
         report: Report | None = None,
         shape: RequestShape | None = None,
+        share: BatchShare | None = None,
     ) -> AsyncIterator[Grant]:
         """Hold ``nbytes`` for ``tenant`` for the duration of the block; with ``shape``
         (and a batch share in use), the request's part of the batch's shared reservation
-        instead (``nbytes``: what it needs alone)."""
-        ticket = self._ticket(tenant, nbytes, report or _no_report, shape)
+        instead (``nbytes``: what it needs alone). ``share``: the batch it joins (each
+        served model has its own); None, the controller's (:meth:`use_share`)."""
+        ticket = self._ticket(tenant, nbytes, report or _no_report, shape, share or self.share)
         await self._acquire(ticket)
         grant = Grant(tenant, nbytes, self.clock() - ticket.arrived)
         try:
@@ -177,12 +180,19 @@ class AdmissionController:
             self._release(ticket)
 
     def _ticket(
-        self, tenant: str, nbytes: int, report: Report, shape: RequestShape | None
+        self,
+        tenant: str,
+        nbytes: int,
+        report: Report,
+        shape: RequestShape | None,
+        pool: BatchShare | None,
     ) -> Ticket:
         if nbytes > self._budget:
             self.metrics.refusals.labels("never_fits").inc()
             raise NeverFits(needed=human_bytes(nbytes), budget=human_bytes(self._budget))
-        ticket = Ticket(tenant, nbytes, next(self._seq), self.clock(), report, shape=shape)
+        ticket = Ticket(
+            tenant, nbytes, next(self._seq), self.clock(), report, shape=shape, pool=pool
+        )
         if len(self._waiting) >= self.queue_max and not self._would_admit_now(ticket):
             self.metrics.refusals.labels("queue_full").inc()
             wait = max(1.0, self.estimated_wait(len(self._waiting)))
@@ -264,15 +274,15 @@ class AdmissionController:
 
     def _cost(self, ticket: Ticket) -> int:
         """What admitting ``ticket`` now adds to the budget's use."""
-        if ticket.shape is not None and self.share is not None:
-            return self.share.growth(ticket.shape)
+        if ticket.shape is not None and ticket.pool is not None:
+            return ticket.pool.growth(ticket.shape)
         return ticket.nbytes
 
     def _admit(self, ticket: Ticket) -> None:
         self._waiting.remove(ticket)
-        if ticket.shape is not None and self.share is not None:
-            ticket.share = self.share
-            ticket.charged = self.share.join(ticket.seq, ticket.shape)
+        if ticket.shape is not None and ticket.pool is not None:
+            ticket.share = ticket.pool
+            ticket.charged = ticket.pool.join(ticket.seq, ticket.shape)
         else:
             ticket.charged = ticket.nbytes
         self._in_use += ticket.charged

@@ -47,6 +47,7 @@ class EngineAdmission:
         self.placement = placement
         self._facts: ModelFacts | None = None
         self._resident: int | None = None
+        self.share: BatchShare | None = None  # this model's continuous batch, shared
 
     # --- what the engine tells -------------------------------------------------------
     def use(self, facts: ModelFacts) -> None:
@@ -54,7 +55,8 @@ class EngineAdmission:
         if self._facts != facts:
             self._facts = facts
             batching = facts.shape.batch_limit > 0
-            self.controller.use_share(BatchShare(facts.shape) if batching else None)
+            self.share = BatchShare(facts.shape) if batching else None
+            self.controller.use_share(self.share)
             self._update_budget()
 
     def loaded(self, resident_bytes: int) -> None:
@@ -92,7 +94,7 @@ class EngineAdmission:
         position): with continuous batching, the request's part of the batch's shared
         reservation (:mod:`qwen_ui.admission.share`), else ``fit.nbytes``."""
         shape = fit.sized if isinstance(fit.sized, RequestShape) else None
-        return self.controller.reserve(tenant, fit.nbytes, report, shape)
+        return self.controller.reserve(tenant, fit.nbytes, report, shape, self.share)
 
     # --- sizing -----------------------------------------------------------------------
     @property

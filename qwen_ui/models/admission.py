@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from qwen_ui.admission.controller import AdmissionController, Grant, Report
 from qwen_ui.admission.seam import EngineAdmission
-from qwen_ui.engine.shapes import Placement
+from qwen_ui.engine.shapes import Fit, Placement
 from qwen_ui.models.memory import WeightLedger
 from qwen_ui.settings import Settings
 
@@ -30,17 +30,15 @@ class ModelAdmission(EngineAdmission):
         self.key = key
         self.room = room
 
-    def reserve(
-        self, tenant: str, nbytes: int, report: Report
-    ) -> AbstractAsyncContextManager[Grant]:
+    def reserve(self, tenant: str, fit: Fit, report: Report) -> AbstractAsyncContextManager[Grant]:
         """Room for the model's weights first (the registry may unload idle models or
         wait for busy ones), then the request's place in the shared line."""
-        return self._reserve(tenant, nbytes, report)
+        return self._reserve(tenant, fit, report)
 
     @asynccontextmanager
-    async def _reserve(self, tenant: str, nbytes: int, report: Report) -> AsyncIterator[Grant]:
+    async def _reserve(self, tenant: str, fit: Fit, report: Report) -> AsyncIterator[Grant]:
         await self.room(self.key, report)
-        async with super().reserve(tenant, nbytes, report) as grant:
+        async with super().reserve(tenant, fit, report) as grant:
             yield grant
 
     def _update_budget(self) -> None:

@@ -223,3 +223,18 @@ async def test_requests_without_a_shape_reserve_their_bytes_beside_the_share() -
     assert ctl.in_use == shared
     await member.leave()
     assert ctl.in_use == 0
+
+
+async def test_each_served_model_joins_its_own_batch_share() -> None:
+    """Two models on one line (qwen_ui.models): each request joins its own model's share,
+    so one model's batch never sizes the other's cache."""
+    model = _batching_7b()
+    ctl = controller(model)
+    other = BatchShare(model)
+    alone = slot_batch_total([SHORT], model)
+    async with ctl.reserve("t", alone, None, SHORT, other):
+        assert other.members == 1 and ctl.share is not None and ctl.share.members == 0
+        async with ctl.reserve("t", alone, None, LONG):
+            assert ctl.share.members == 1 and other.members == 1
+            assert ctl.in_use == other.held + ctl.share.held
+    assert ctl.in_use == 0 and other.members == 0

@@ -43,7 +43,7 @@ from qwen_ui.demo import WEIGHTS as SHIPPED
 from qwen_ui.demo import evaluate as scoring
 from qwen_ui.demo import modelcfg, scenes
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
-from training import names
+from training import locate_heads, names
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class Encoder:
             "kind": item.kind,
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
+            "position_labels": locate_heads.position_labels(id_list, grids),
             **self._head_labels(turns, places, id_list),
         }
 
@@ -358,6 +359,8 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "referent_labels": with_rows(rows, "referent_labels"),
         "answer_labels": with_rows(rows, "answer_labels"),
         "asked_labels": with_rows(rows, "asked_labels"),
+        "position_labels": with_rows(rows, "position_labels"),
+        "coordinate_labels": with_rows(rows, "coordinate_labels"),
     }
 
 
@@ -1149,6 +1152,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the asked head reads",
     )
     p.add_argument(
+        "--position-weight",
+        type=float,
+        default=0.0,
+        help="weight of the position head (at every image token, a language-model layer "
+        "says the token's row and column in its image's merged grid); 0: off",
+    )
+    p.add_argument(
+        "--position-layer",
+        type=int,
+        default=2,
+        help="the language-model layer whose output the position head reads",
+    )
+    p.add_argument(
+        "--coordinate-weight",
+        type=float,
+        default=0.0,
+        help="weight of the coordinate head (where a grounding answer writes a box "
+        "coordinate's digits, a language-model layer says its 28 px token and 7 px step); "
+        "0: off",
+    )
+    p.add_argument(
+        "--coordinate-layer",
+        type=int,
+        default=3,
+        help="the language-model layer whose output the coordinate head reads",
+    )
+    p.add_argument(
         "--answer-kinds",
         type=kinds_among(scenes.KINDS, "answer kinds"),
         default=names.ANSWER_KINDS,
@@ -1449,14 +1479,21 @@ def run(args: argparse.Namespace) -> None:
 
 
 def language_heads(args: argparse.Namespace, width: int, device: torch.device) -> LanguageHeads:
-    """The language-model heads the arguments ask for (name, pair, referent, answer and
-    asked), each with its batch key: (key, weight, layer, outputs, classes)."""
+    """The language-model heads the arguments ask for (name, pair, referent, answer,
+    asked, position and coordinate), each with its batch key: (key, weight, layer, outputs, classes)."""
     specs = (
         ("name_labels", args.name_weight, args.name_layer, names.N_AXES, scenes.MAX_SHAPES),
         ("pair_labels", args.pair_weight, args.pair_layer, 2 * names.N_AXES, scenes.MAX_SHAPES),
         ("referent_labels", args.referent_weight, args.referent_layer, 1, scenes.JOINT_CLASSES),
         ("answer_labels", args.answer_weight, args.answer_layer, 1, modelcfg.VOCAB_SIZE),
         ("asked_labels", args.asked_weight, args.asked_layer, 1, len(scenes.RELATIONS)),
+        *(
+            (key, weight, layer, locate_heads.N_AXES, locate_heads.GRID_CLASSES)
+            for key, weight, layer in (
+                ("position_labels", args.position_weight, args.position_layer),
+                ("coordinate_labels", args.coordinate_weight, args.coordinate_layer),
+            )
+        ),
     )
     return tuple(
         (key, names.NameHead(width, weight, layer, outputs, classes).to(device))

@@ -78,4 +78,3 @@ def coordinate_labels(item: scenes.Sample, tokenizer: Any, answer_at: int) -> to
             if a < hi and b > lo:
                 rows.append([answer_at + j, min(coarse, GRID_CLASSES - 1), fine])
     return torch.tensor(rows, dtype=torch.long).view(-1, 1 + N_AXES)
-

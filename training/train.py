@@ -1480,7 +1480,8 @@ def run(args: argparse.Namespace) -> None:
 
 def language_heads(args: argparse.Namespace, width: int, device: torch.device) -> LanguageHeads:
     """The language-model heads the arguments ask for (name, pair, referent, answer,
-    asked, position and coordinate), each with its batch key: (key, weight, layer, outputs, classes)."""
+    asked, position and coordinate), each with its batch key: (key, weight, layer,
+    outputs, classes)."""
     specs = (
         ("name_labels", args.name_weight, args.name_layer, names.N_AXES, scenes.MAX_SHAPES),
         ("pair_labels", args.pair_weight, args.pair_layer, 2 * names.N_AXES, scenes.MAX_SHAPES),

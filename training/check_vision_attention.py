@@ -71,12 +71,6 @@ def check(device: torch.device, batch_size: int, reps: int) -> dict[str, Any]:
     fast_out, fast_grad = tower_pass(model, batch, amp=False)
     engine_s = timed(lambda: tower_pass(model, batch, amp=True), reps, device)
     vision.uninstall(model)
-    padded = train.PaddedAttention(model)
-    cu = (batch["vision"]["cu_seqlens"], batch["vision"]["cu_window_seqlens"])
-    padded.set(cu, batch["plans"])
-    padded.enable(True)
-    padded_s = timed(lambda: tower_pass(model, batch, amp=True), reps, device)
-    padded.enable(False)
     stock_s = timed(lambda: tower_pass(model, batch, amp=True), max(1, reps // 3), device)
     return {
         "device": str(device),
@@ -88,7 +82,6 @@ def check(device: torch.device, batch_size: int, reps: int) -> dict[str, Any]:
         "grad_scale": float(stock_grad.abs().max()),
         "tower_fwd_bwd_s": {
             "engine": round(engine_s, 4),
-            "padded": round(padded_s, 4),
             "stock_loop": round(stock_s, 4),
         },
     }

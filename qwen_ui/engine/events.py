@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from qwen_ui.errors import QwenUIError
+from qwen_ui.lang import Lang
+from qwen_ui.texts import t
 
 StageName = Literal[
     "queued",
@@ -34,22 +36,6 @@ _SPANS: dict[str, tuple[float, float]] = {
     "waiting": (0.3, 0.5),  # remote engine: until its first token
     "answering": (0.5, 0.5),
 }
-
-_LABELS: dict[str, dict[str, str]] = {
-    "queued": {"en": "Waiting in line: {ahead} ahead", "zh": "排队中：前面还有 {ahead} 个"},
-    "downscaled": {
-        "en": "Images reduced to at most {max_pixels} pixels each to fit the server's memory",
-        "zh": "为适应服务器显存，图片已缩小至每张最多 {max_pixels} 像素",
-    },
-    "loading_model": {"en": "Loading the model", "zh": "正在加载模型"},
-    "decoding": {"en": "Decoding image {index}/{total}", "zh": "正在解码图片 {index}/{total}"},
-    "encoding": {"en": "Encoding image {index}/{total}", "zh": "正在编码图片 {index}/{total}"},
-    "sending": {"en": "Sending to the model server", "zh": "正在发送到模型服务器"},
-    "waiting": {"en": "Waiting for the model server", "zh": "正在等待模型服务器"},
-    "answering": {"en": "Answering", "zh": "正在回答"},
-}
-_CACHED = {"en": " (cached)", "zh": "（缓存）"}
-_WAIT = {"en": " (about {wait_s:.0f} s)", "zh": "（约 {wait_s:.0f} 秒）"}
 
 
 class Event:
@@ -87,13 +73,18 @@ class Stage(Event):
         return cls(stage, index, total, progress=round(start + (end - start) * fraction, 4), **kw)
 
     def label(self, lang: str = "en") -> str:
-        lang = "zh" if lang == "zh" else "en"
-        text = _LABELS[self.stage][lang].format(
-            index=self.index, total=self.total, ahead=self.ahead, max_pixels=self.max_pixels
+        chosen: Lang = "zh" if lang == "zh" else "en"
+        text = t(
+            f"stage_{self.stage}",
+            chosen,
+            index=self.index,
+            total=self.total,
+            ahead=self.ahead,
+            max_pixels=self.max_pixels,
         )
         if self.stage == "queued" and self.wait_s > 0:
-            text += _WAIT[lang].format(wait_s=self.wait_s)
-        return text + (_CACHED[lang] if self.cached else "")
+            text += t("stage_wait", chosen, wait_s=self.wait_s)
+        return text + (t("stage_cached", chosen) if self.cached else "")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from qwen_ui.auth.service import LoginAttempt
 from qwen_ui.errors import PayloadTooLarge, QwenUIError
 from qwen_ui.lang import Lang, is_lang
 from qwen_ui.services import Services, ServicesDep
+from qwen_ui.texts import t
 from qwen_ui.web.auth import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -38,7 +39,6 @@ from qwen_ui.web.auth import (
 )
 from qwen_ui.web.errors import error_response, request_lang
 from qwen_ui.web.login_page import LoginForm, render_login, render_logout, security_headers
-from qwen_ui.web.login_text import lt
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ async def login_page(request: Request, services: ServicesDep) -> Response:
         next=safe_next(request.query_params.get("next"), ui_path),
         tenant=request.query_params.get("tenant", "")[:64],
         method=request.query_params.get("method") or _default_method(services),
-        notice=lt("logged_out", lang) if request.query_params.get("logged_out") else None,
+        notice=t("logged_out", lang) if request.query_params.get("logged_out") else None,
     )
     return _form_page(request, services, lang, form)
 

@@ -11,8 +11,7 @@ from html import escape
 from importlib import resources
 from urllib.parse import urlencode
 
-from qwen_ui.web.i18n import Lang
-from qwen_ui.web.login_text import lt
+from qwen_ui.web.i18n import Lang, t
 
 
 @cache
@@ -69,7 +68,7 @@ def _field(name: str, label: str, kind: str = "text", value: str = "", auto: str
 def _language_link(lang: Lang, params: dict[str, str]) -> str:
     other: Lang = "en" if lang == "zh" else "zh"
     query = urlencode({**params, "lang": other})
-    return f'<nav class="lang"><a href="?{escape(query)}">{lt("switch_language", lang)}</a></nav>'
+    return f'<nav class="lang"><a href="?{escape(query)}">{t("switch_language", lang)}</a></nav>'
 
 
 def _method_choice(lang: Lang, method: str) -> str:
@@ -81,8 +80,9 @@ def _method_choice(lang: Lang, method: str) -> str:
         )
 
     return (
-        f'<fieldset class="method"><legend>{escape(lt("method", lang))}</legend>'
-        f"{radio('oss', lt('method_oss', lang))}{radio('local', lt('method_local', lang))}"
+        f'<fieldset class="method"><legend>{escape(t("login_method", lang))}</legend>'
+        f"{radio('oss', t('login_method_oss', lang))}"
+        f"{radio('local', t('login_method_local', lang))}"
         "</fieldset>"
     )
 
@@ -92,46 +92,46 @@ def render_login(lang: Lang, form: LoginForm) -> str:
     notice = f'<p class="notice">{escape(form.notice)}</p>' if form.notice else ""
     oss = (
         '<fieldset class="for-oss">'
-        + _field("key_id", lt("key_id", lang), value=form.key_id, auto="username")
-        + _field("key_secret", lt("key_secret", lang), "password", auto="current-password")
-        + f'<label for="sts_token">{escape(lt("sts_token", lang))}</label>'
+        + _field("key_id", t("login_key_id", lang), value=form.key_id, auto="username")
+        + _field("key_secret", t("login_key_secret", lang), "password", auto="current-password")
+        + f'<label for="sts_token">{escape(t("login_sts_token", lang))}</label>'
         '<textarea id="sts_token" name="sts_token" autocomplete="off" spellcheck="false">'
         "</textarea>"
-        + _field("sts_expiration", lt("sts_expiration", lang))
-        + f'<p class="hint">{escape(lt("oss_hint", lang))}</p></fieldset>'
+        + _field("sts_expiration", t("login_sts_expiration", lang))
+        + f'<p class="hint">{escape(t("login_oss_hint", lang))}</p></fieldset>'
     )
     local = (
         '<fieldset class="for-local">'
-        + _field("user", lt("user", lang), value=form.user, auto="username")
-        + _field("password", lt("password", lang), "password", auto="current-password")
+        + _field("user", t("login_user", lang), value=form.user, auto="username")
+        + _field("password", t("login_password", lang), "password", auto="current-password")
         + "</fieldset>"
     )
     body = (
-        f"<h1>{escape(lt('heading', lang))}</h1>"
-        f'<p class="intro">{escape(lt("intro", lang))}</p>{error}{notice}'
+        f"<h1>{escape(t('login_heading', lang))}</h1>"
+        f'<p class="intro">{escape(t("login_intro", lang))}</p>{error}{notice}'
         '<form method="post" action="login">'
         f'<input type="hidden" name="csrf" value="{escape(form.csrf)}">'
         f'<input type="hidden" name="next" value="{escape(form.next)}">'
         f'<input type="hidden" name="lang" value="{lang}">'
-        + _field("tenant", lt("tenant", lang), value=form.tenant, auto="organization")
+        + _field("tenant", t("login_tenant", lang), value=form.tenant, auto="organization")
         + _method_choice(lang, form.method)
         + oss
         + local
-        + f'<button type="submit">{escape(lt("submit", lang))}</button></form>'
+        + f'<button type="submit">{escape(t("login_submit", lang))}</button></form>'
         + _language_link(lang, {"next": form.next})
     )
-    return _page(lang, lt("page_title", lang), body)
+    return _page(lang, t("login_page_title", lang), body)
 
 
 def render_logout(lang: Lang, csrf: str, who: str, back: str) -> str:
     """The logout confirmation: Log out (a CSRF-checked POST) or Cancel (back to ``back``)."""
     body = (
-        f"<h1>{escape(lt('logout_heading', lang))}</h1>"
-        f'<p class="intro">{escape(lt("logout_intro", lang).format(who=who))}</p>'
+        f"<h1>{escape(t('logout_heading', lang))}</h1>"
+        f'<p class="intro">{escape(t("logout_intro", lang).format(who=who))}</p>'
         '<form method="post" action="logout">'
         f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
-        f'<button type="submit">{escape(lt("logout_submit", lang))}</button>'
-        f'<a class="cancel" href="{escape(back)}">{escape(lt("logout_cancel", lang))}</a>'
+        f'<button type="submit">{escape(t("logout_submit", lang))}</button>'
+        f'<a class="cancel" href="{escape(back)}">{escape(t("logout_cancel", lang))}</a>'
         "</form>" + _language_link(lang, {})
     )
-    return _page(lang, lt("logout_title", lang), body)
+    return _page(lang, t("logout_title", lang), body)

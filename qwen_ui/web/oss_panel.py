@@ -30,7 +30,7 @@ from qwen_ui.auth.oss_objects import ObjectPage
 from qwen_ui.errors import QwenUIError
 from qwen_ui.services import services_of
 from qwen_ui.web.auth import session_from_gradio
-from qwen_ui.web.i18n import Lang, negotiate
+from qwen_ui.web.i18n import Lang, negotiate, t
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +38,13 @@ PAGE_SIZE = 50
 STALE_S = 3600
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
-OSS_TEXT: dict[str, dict[Lang, str]] = {
-    "panel": {"en": "Images in your OSS folder", "zh": "您的 OSS 目录中的图片"},
-    "folder": {"en": "Folder (inside your prefix)", "zh": "目录（位于您的前缀内）"},
-    "open": {"en": "Open folder", "zh": "打开目录"},
-    "more": {"en": "Next page", "zh": "下一页"},
-    "objects": {"en": "Objects", "zh": "对象"},
-    "attach": {"en": "Attach to question", "zh": "添加到问题"},
-    "empty": {"en": "No objects here.", "zh": "此处没有对象。"},
-    "folders": {"en": "Sub-folders", "zh": "子目录"},
-}
-
 
 def _lang(request: gr.Request) -> Lang:
     return negotiate(request.headers.get("accept-language"))
 
 
 def _tr(key: str, lang: Lang) -> str:
-    return OSS_TEXT[key][lang]
+    return t(f"oss_{key}", lang)
 
 
 def _upload_dir() -> Path:
@@ -159,12 +148,16 @@ def build_oss_panel(app: FastAPI, blocks: gr.Blocks, question: gr.MultimodalText
         visible = await panel_visible(app, request)
         return gr.update(visible=visible, label=_tr("panel", _lang(request)))
 
-    async def on_page(folder_name: str, token: str | None, request: gr.Request) -> tuple[Any, ...]:
+    async def on_page(folder_name: str, token: str | None, request: gr.Request) -> dict[Any, Any]:
         page, text = await list_page(app, folder_name, token, request)
-        more_update = gr.update(interactive=page.next_cursor is not None)
-        return gr.update(choices=_choices(page), value=[]), page.next_cursor, more_update, text
+        return {
+            listing: gr.update(choices=_choices(page), value=[]),
+            cursor: page.next_cursor,
+            more: gr.update(interactive=page.next_cursor is not None),
+            note: text,
+        }
 
-    async def on_open(folder_name: str, request: gr.Request) -> tuple[Any, ...]:
+    async def on_open(folder_name: str, request: gr.Request) -> dict[Any, Any]:
         return await on_page(folder_name, None, request)
 
     async def on_attach(

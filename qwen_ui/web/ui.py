@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -129,222 +130,309 @@ def logout_html(settings: Settings, lang: Lang, who: str = "") -> str:
     return shown + link
 
 
+@dataclass
+class Page:
+    """The page's components by role: every handler returns its updates keyed by them."""
+
+    lang: Any  # gr.BrowserState: the chosen language, kept in the browser
+    conversation: Any  # gr.BrowserState: the open conversation's id
+    history: gr.Radio
+    title_box: gr.Textbox
+    rename: gr.Button
+    delete: gr.Button
+    header: gr.Markdown
+    logout: gr.HTML
+    picker: gr.Radio
+    status: gr.Markdown
+    demo_note: gr.Markdown
+    chat: gr.Chatbot
+    progress: gr.HTML
+    question: gr.MultimodalTextbox
+    stop: gr.Button
+    new_chat: gr.Button
+    examples: dict[str, Any] = field(default_factory=dict)  # per language (demo model)
+
+    @property
+    def texts(self) -> list[Any]:
+        """What a language change relabels."""
+        fixed = [self.header, self.picker, self.status, self.chat, self.question, self.stop]
+        fixed += [self.new_chat, self.logout, self.demo_note, *self.examples.values()]
+        return [*fixed, self.history, self.title_box, self.rename, self.delete]
+
+    @property
+    def listed(self) -> list[Any]:
+        """The sidebar's list and the open conversation's title."""
+        return [self.history, self.title_box]
+
+    @property
+    def shown(self) -> list[Any]:
+        """What opening a conversation redraws."""
+        return [self.chat, self.conversation, self.progress, *self.listed]
+
+    @property
+    def answered(self) -> list[Any]:
+        """What the submit handler updates while a question is answered."""
+        return [self.chat, self.question, self.progress, self.conversation, self.status]
+
+    def of(self, view: ChatView) -> dict[Any, Any]:
+        return {
+            self.chat: view.chat,
+            self.question: view.box,
+            self.progress: view.progress,
+            self.conversation: view.conversation,
+            self.status: view.status,
+        }
+
+
+@dataclass(frozen=True)
+class ChatView:
+    """One update of the chat while a question is answered, by name; ``gr.update()``
+    (or a value equal to it) leaves a component as it is."""
+
+    chat: Any  # the messages
+    box: Any  # the question box
+    progress: str  # the progress bar's HTML
+    conversation: str | None  # the conversation's id
+    status: Any  # the status line
+
+
 def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
-        # kept in the browser (localStorage), so a reload restores both
-        lang = gr.BrowserState("", storage_key="qwen-ui-lang")
-        conversation = gr.BrowserState("", storage_key="qwen-ui-conversation")
-        with gr.Sidebar(label=t("history", "en"), open=False, elem_id="qwen-sidebar"):
-            history = gr.Radio([], label=t("history", "en"), elem_id="qwen-history")
-            title_box = gr.Textbox(label=t("title_label", "en"), elem_id="qwen-title")
-            with gr.Row():
-                rename = gr.Button(t("rename", "en"), elem_id="qwen-rename", size="sm")
-                delete = gr.Button(
-                    t("delete", "en"), elem_id="qwen-delete", variant="stop", size="sm"
-                )
-        with gr.Row(elem_classes="qwen-header"):
-            header = gr.Markdown(_header("en"))
-            logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout", scale=0)
-            picker = gr.Radio(
-                LANG_CHOICES, value="en", label=t("language", "en"), scale=0, elem_id="qwen-lang"
-            )
-        status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
-        demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
-        chat = gr.Chatbot(
-            label=t("chat", "en"),
-            elem_id="qwen-chat",
-            height=460,
-            # no "share" (it needs Hugging Face Spaces) and no "copy all" (it copies the
-            # server's temp-file URLs); each message keeps its own copy button
-            buttons=["copy"],
-        )
-        progress = gr.HTML(progress_html(0.0), elem_id="qwen-progress")
-        question = gr.MultimodalTextbox(
-            label=t("question", "en"),
-            placeholder=t("question_placeholder", "en"),
-            # no client-side type filter: Gradio's own check shows an English toast (twice)
-            # and the question is sent anyway; the server refuses any non-image with one
-            # message in the page's language and gives the text and files back
-            file_count="multiple",
-            # Gradio turns pasted text longer than this into a .txt attachment (1,000 by
-            # default): a long question must stay text, to be counted and refused as such
-            max_plain_text_length=10 * settings.max_question_chars,
-            elem_id="qwen-question",
-            interactive=True,
-        )
-        gr.HTML(COUNTER_EMPTY, elem_id="qwen-counter")
-        with gr.Row():
-            # shown only while an answer runs, when the box's Send button is hidden
-            stop = gr.Button(
-                t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0, visible=False
-            )
-            new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
-        build_oss_panel(app, blocks, question)
-        example_sets = _demo_examples(settings, question) if settings.is_demo_model else {}
-        texts: list[Any] = [header, picker, status, chat, question, stop, new_chat, logout]
-        texts += [demo_note]
-        texts += [example_sets.get(code, gr.Column(visible=False)) for code in LANGS]
-        texts += [history, title_box, rename, delete]
-        listed = [history, title_box]
-
-        async def listing_of(
-            chosen: Lang, conversation_id: str, request: gr.Request
-        ) -> dict[Any, Any]:
-            return await listing(request, chosen, conversation_id)
-
-        async def listing(
-            request: gr.Request, chosen: Lang, conversation_id: str | None
-        ) -> dict[Any, Any]:
-            """The sidebar: the principal's conversations, the open one chosen."""
-            principal = principal_from_gradio(request)
-            found = await open_conversation(app, principal, conversation_id)
-            return {
-                history: gr.update(
-                    choices=await choices(app, principal, chosen),
-                    value=found.id if found else None,
-                ),
-                title_box: gr.update(value=found.display_title if found else ""),
-            }
-
-        async def showing(
-            request: gr.Request, chosen: Lang, conversation_id: str | None
-        ) -> dict[Any, Any]:
-            """The chat drawn from the server's conversation, and the sidebar."""
-            principal = principal_from_gradio(request)
-            found = await open_conversation(app, principal, conversation_id)
-            drawn = await messages(app, found, chosen) if found else []
-            return {
-                chat: gr.update(value=drawn),
-                conversation: found.id if found else "",
-                progress: progress_html(0.0),
-                **await listing(request, chosen, conversation_id),
-            }
-
-        async def on_load(
-            stored_lang: str, stored_conversation: str, request: gr.Request
-        ) -> dict[Any, Any]:
-            chosen = negotiate(request.headers.get("accept-language"), settings.language)
-            if stored_lang in LANGS:
-                chosen = stored_lang  # type: ignore[assignment]
-            if request.query_params.get("lang") in LANGS:
-                chosen = request.query_params["lang"]  # type: ignore[assignment]
-            shown = await showing(request, chosen, stored_conversation)
-            who = principal_from_gradio(request).label
-            relabelled = dict(zip(texts, _relabel(app, chosen, who), strict=True))
-            return {lang: chosen, **merged(relabelled, shown)}
-
-        async def on_pick(
-            chosen: Lang, conversation_id: str, request: gr.Request
-        ) -> dict[Any, Any]:
-            who = principal_from_gradio(request).label
-            relabelled = dict(zip(texts, _relabel(app, chosen, who), strict=True))
-            listed_now = await listing(request, chosen, conversation_id)
-            return {lang: chosen, **merged(relabelled, listed_now)}
-
-        async def on_open(chosen_id: str, current: Lang, request: gr.Request) -> dict[Any, Any]:
-            return await showing(request, current, chosen_id)
-
-        async def on_rename(
-            conversation_id: str, title: str, current: Lang, request: gr.Request
-        ) -> dict[Any, Any]:
-            store = store_of(app)
-            if store is not None and conversation_id:
-                principal = principal_from_gradio(request)
-                await store.rename(principal.label, conversation_id, title)
-            return await listing(request, current, conversation_id)
-
-        async def on_delete(
-            conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
-        ) -> dict[Any, Any]:
-            controls.request(str(request.session_hash), "reset")
-            await _forget(app, conversation_id, shown, request)
-            return await showing(request, current, "")
-
-        controls = Controls()
-
-        async def on_submit(
-            message: dict[str, Any] | None,
-            history: Messages | None,
-            conversation_id: str | None,
-            current: Lang,
-            request: gr.Request,
-        ) -> AsyncIterator[tuple[Any, ...]]:
-            updates = answer(app, message, history, conversation_id, current, request, controls)
-            async for update in updates:
-                yield update
-
-        def on_stop(request: gr.Request) -> None:
-            controls.request(str(request.session_hash), "stop")
-
-        def on_new_chat(request: gr.Request) -> tuple[Any, ...]:
-            if controls.request(str(request.session_hash), "reset"):
-                return gr.update(), gr.update(), gr.update(), gr.update()  # the answer resets
-            return [], idle_box(value=None), "", progress_html(0.0)
-
-        # counted in the browser as the user types or attaches: no round trip per key
-        question.submit(  # Stop in Send's place at once, outside the answer's stream
-            lambda: gr.update(visible=True),
-            None,
-            [stop],
-            queue=False,
-            api_visibility="private",
-        )
-        submitted = question.submit(
-            on_submit,
-            [question, chat, conversation, lang],
-            [chat, question, progress, conversation, status],
-            api_visibility="undocumented",
-            concurrency_limit=None,
-        )
-
-        async def after_answer(
-            current: Lang, conversation_id: str, request: gr.Request
-        ) -> dict[Any, Any]:
-            return {
-                question: idle_box(),
-                stop: gr.update(visible=False),
-                status: status_markdown(app, current),
-                **await listing(request, current, conversation_id),
-            }
-
-        submitted.then(
-            after_answer,
-            [lang, conversation],
-            [question, stop, status, *listed],
-            api_visibility="private",
-        )
-
-        stop.click(on_stop, None, None, api_visibility="private", concurrency_limit=None)
-        shown = [chat, conversation, progress, *listed]
-        for control in (chat.clear, delete.click):  # the trash icon deletes it too
-            control(
-                on_delete,
-                [conversation, chat, lang],
-                shown,
-                api_visibility="private",
-                concurrency_limit=None,
-            )
-        new_chat.click(
-            on_new_chat,
-            None,
-            [chat, question, conversation, progress],
-            api_visibility="private",
-            concurrency_limit=None,
-        ).then(listing_of, [lang, conversation], listed, api_visibility="private")
-        history.input(on_open, [history, lang], shown, api_visibility="private")
-        rename.click(on_rename, [conversation, title_box, lang], listed, api_visibility="private")
-        title_box.submit(
-            on_rename, [conversation, title_box, lang], listed, api_visibility="private"
-        )
-        blocks.load(None, None, None, js=counter_js(settings))  # the browser counts
-        blocks.load(
-            on_load,
-            [lang, conversation],
-            [lang, *texts, chat, conversation, progress],
-            api_visibility="private",
-        )
-        picker.input(on_pick, [picker, conversation], [lang, *texts], api_visibility="private")
+        page = _layout(app, settings, blocks)
+        _wire(blocks, page, Handlers(app, settings, page), settings)
     return blocks  # type: ignore[no-any-return]
+
+
+def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
+    """The components, in page order."""
+    # kept in the browser (localStorage), so a reload restores both
+    lang = gr.BrowserState("", storage_key="qwen-ui-lang")
+    conversation = gr.BrowserState("", storage_key="qwen-ui-conversation")
+    with gr.Sidebar(label=t("history", "en"), open=False, elem_id="qwen-sidebar"):
+        history = gr.Radio([], label=t("history", "en"), elem_id="qwen-history")
+        title_box = gr.Textbox(label=t("title_label", "en"), elem_id="qwen-title")
+        with gr.Row():
+            rename = gr.Button(t("rename", "en"), elem_id="qwen-rename", size="sm")
+            delete = gr.Button(t("delete", "en"), elem_id="qwen-delete", variant="stop", size="sm")
+    with gr.Row(elem_classes="qwen-header"):
+        header = gr.Markdown(_header("en"))
+        logout = gr.HTML(logout_html(settings, "en"), elem_id="qwen-logout", scale=0)
+        picker = gr.Radio(
+            LANG_CHOICES, value="en", label=t("language", "en"), scale=0, elem_id="qwen-lang"
+        )
+    status = gr.Markdown(elem_classes="qwen-status", elem_id="qwen-status")
+    demo_note = gr.Markdown(visible=settings.is_demo_model, elem_id="qwen-demo-note")
+    chat = gr.Chatbot(
+        label=t("chat", "en"),
+        elem_id="qwen-chat",
+        height=460,
+        # no "share" (it needs Hugging Face Spaces) and no "copy all" (it copies the
+        # server's temp-file URLs); each message keeps its own copy button
+        buttons=["copy"],
+    )
+    progress = gr.HTML(progress_html(0.0), elem_id="qwen-progress")
+    question = _question_box(settings)
+    gr.HTML(COUNTER_EMPTY, elem_id="qwen-counter")
+    with gr.Row():
+        # shown only while an answer runs, when the box's Send button is hidden
+        stop = gr.Button(
+            t("stop", "en"), elem_id="qwen-stop", variant="stop", scale=0, visible=False
+        )
+        new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
+    build_oss_panel(app, blocks, question)
+    examples = _demo_examples(settings, question) if settings.is_demo_model else {}
+    examples = {code: examples.get(code, gr.Column(visible=False)) for code in LANGS}
+    return Page(
+        lang=lang,
+        conversation=conversation,
+        history=history,
+        title_box=title_box,
+        rename=rename,
+        delete=delete,
+        header=header,
+        logout=logout,
+        picker=picker,
+        status=status,
+        demo_note=demo_note,
+        chat=chat,
+        progress=progress,
+        question=question,
+        stop=stop,
+        new_chat=new_chat,
+        examples=examples,
+    )
+
+
+def _question_box(settings: Settings) -> gr.MultimodalTextbox:
+    return gr.MultimodalTextbox(
+        label=t("question", "en"),
+        placeholder=t("question_placeholder", "en"),
+        # no client-side type filter: Gradio's own check shows an English toast (twice)
+        # and the question is sent anyway; the server refuses any non-image with one
+        # message in the page's language and gives the text and files back
+        file_count="multiple",
+        # Gradio turns pasted text longer than this into a .txt attachment (1,000 by
+        # default): a long question must stay text, to be counted and refused as such
+        max_plain_text_length=10 * settings.max_question_chars,
+        elem_id="qwen-question",
+        interactive=True,
+    )
+
+
+class Handlers:
+    """The page's event handlers; each returns (or yields) updates keyed by component."""
+
+    def __init__(self, app: FastAPI, settings: Settings, page: Page) -> None:
+        self.app = app
+        self.settings = settings
+        self.page = page
+        self.controls = Controls()
+
+    async def listing(
+        self, request: gr.Request, chosen: Lang, conversation_id: str | None
+    ) -> dict[Any, Any]:
+        """The sidebar: the principal's conversations, the open one chosen."""
+        principal = principal_from_gradio(request)
+        found = await open_conversation(self.app, principal, conversation_id)
+        return {
+            self.page.history: gr.update(
+                choices=await choices(self.app, principal, chosen),
+                value=found.id if found else None,
+            ),
+            self.page.title_box: gr.update(value=found.display_title if found else ""),
+        }
+
+    async def showing(
+        self, request: gr.Request, chosen: Lang, conversation_id: str | None
+    ) -> dict[Any, Any]:
+        """The chat drawn from the server's conversation, and the sidebar."""
+        principal = principal_from_gradio(request)
+        found = await open_conversation(self.app, principal, conversation_id)
+        drawn = await messages(self.app, found, chosen) if found else []
+        return {
+            self.page.chat: gr.update(value=drawn),
+            self.page.conversation: found.id if found else "",
+            self.page.progress: progress_html(0.0),
+            **await self.listing(request, chosen, conversation_id),
+        }
+
+    def relabelled(self, request: gr.Request, chosen: Lang) -> dict[Any, Any]:
+        who = principal_from_gradio(request).label
+        return {self.page.lang: chosen, **_relabel(self.app, self.page, chosen, who)}
+
+    async def on_load(
+        self, stored_lang: str, stored_conversation: str, request: gr.Request
+    ) -> dict[Any, Any]:
+        chosen = negotiate(request.headers.get("accept-language"), self.settings.language)
+        if stored_lang in LANGS:
+            chosen = stored_lang  # type: ignore[assignment]
+        if request.query_params.get("lang") in LANGS:
+            chosen = request.query_params["lang"]  # type: ignore[assignment]
+        shown = await self.showing(request, chosen, stored_conversation)
+        return merged(self.relabelled(request, chosen), shown)
+
+    async def on_pick(
+        self, chosen: Lang, conversation_id: str, request: gr.Request
+    ) -> dict[Any, Any]:
+        listed = await self.listing(request, chosen, conversation_id)
+        return merged(self.relabelled(request, chosen), listed)
+
+    async def on_listing(
+        self, chosen: Lang, conversation_id: str, request: gr.Request
+    ) -> dict[Any, Any]:
+        return await self.listing(request, chosen, conversation_id)
+
+    async def on_open(self, chosen_id: str, current: Lang, request: gr.Request) -> dict[Any, Any]:
+        return await self.showing(request, current, chosen_id)
+
+    async def on_rename(
+        self, conversation_id: str, title: str, current: Lang, request: gr.Request
+    ) -> dict[Any, Any]:
+        store = store_of(self.app)
+        if store is not None and conversation_id:
+            principal = principal_from_gradio(request)
+            await store.rename(principal.label, conversation_id, title)
+        return await self.listing(request, current, conversation_id)
+
+    async def on_delete(
+        self, conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
+    ) -> dict[Any, Any]:
+        self.controls.request(str(request.session_hash), "reset")
+        await _forget(self.app, conversation_id, shown, request)
+        return await self.showing(request, current, "")
+
+    async def on_submit(
+        self,
+        message: dict[str, Any] | None,
+        history: Messages | None,
+        conversation_id: str | None,
+        current: Lang,
+        request: gr.Request,
+    ) -> AsyncIterator[dict[Any, Any]]:
+        views = answer(self.app, message, history, conversation_id, current, request, self.controls)
+        async for view in views:
+            yield self.page.of(view)
+
+    def on_stop(self, request: gr.Request) -> None:
+        self.controls.request(str(request.session_hash), "stop")
+
+    def on_new_chat(self, request: gr.Request) -> dict[Any, Any]:
+        if self.controls.request(str(request.session_hash), "reset"):
+            return {}  # the running answer resets the page itself
+        page = self.page
+        return {
+            page.chat: [],
+            page.question: idle_box(value=None),
+            page.conversation: "",
+            page.progress: progress_html(0.0),
+        }
+
+    async def after_answer(
+        self, current: Lang, conversation_id: str, request: gr.Request
+    ) -> dict[Any, Any]:
+        return {
+            self.page.question: idle_box(),
+            self.page.stop: gr.update(visible=False),
+            self.page.status: status_markdown(self.app, current),
+            **await self.listing(request, current, conversation_id),
+        }
+
+
+def _show_stop() -> dict[str, Any]:
+    return gr.update(visible=True)  # type: ignore[no-any-return]
+
+
+def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> None:
+    """The events: each handler's inputs and the components it may update."""
+    private: dict[str, Any] = {"api_visibility": "private"}
+    free: dict[str, Any] = {**private, "concurrency_limit": None}
+    # Stop in Send's place at once, outside the answer's stream
+    page.question.submit(_show_stop, None, [page.stop], queue=False, **private)
+    submitted = page.question.submit(
+        on.on_submit,
+        [page.question, page.chat, page.conversation, page.lang],
+        page.answered,
+        api_visibility="undocumented",
+        concurrency_limit=None,
+    )
+    after = [page.question, page.stop, page.status, *page.listed]
+    submitted.then(on.after_answer, [page.lang, page.conversation], after, **private)
+    page.stop.click(on.on_stop, None, None, **free)
+    for control in (page.chat.clear, page.delete.click):  # the trash icon deletes it too
+        control(on.on_delete, [page.conversation, page.chat, page.lang], page.shown, **free)
+    page.new_chat.click(
+        on.on_new_chat, None, [page.chat, page.question, page.conversation, page.progress], **free
+    ).then(on.on_listing, [page.lang, page.conversation], page.listed, **private)
+    page.history.input(on.on_open, [page.history, page.lang], page.shown, **private)
+    renaming = [page.conversation, page.title_box, page.lang]
+    page.rename.click(on.on_rename, renaming, page.listed, **private)
+    page.title_box.submit(on.on_rename, renaming, page.listed, **private)
+    blocks.load(None, None, None, js=counter_js(settings))  # the browser counts
+    loaded = [page.lang, *page.texts, page.chat, page.conversation, page.progress]
+    blocks.load(on.on_load, [page.lang, page.conversation], loaded, **private)
+    page.picker.input(
+        on.on_pick, [page.picker, page.conversation], [page.lang, *page.texts], **private
+    )
 
 
 def merged(*updates: dict[Any, Any]) -> dict[Any, Any]:
@@ -396,9 +484,9 @@ async def answer(
     lang: Lang,
     request: gr.Request,
     controls: Controls | None = None,
-) -> AsyncIterator[tuple[Any, ...]]:
-    """The submit handler: (chat, textbox, progress, conversation id, status) after every
-    event; the status line is re-read when a stage changes, not on every token."""
+) -> AsyncIterator[ChatView]:
+    """The submit handler's updates after every event; the status line is re-read when a
+    stage changes, not on every token."""
     controls = controls or Controls()
     session = str(getattr(request, "session_hash", None) or id(request))
     controls.begin(session)
@@ -419,7 +507,7 @@ async def _answer(
     lang: Lang,
     request: gr.Request,
     control: Callable[[], str | None],
-) -> AsyncIterator[tuple[Any, ...]]:
+) -> AsyncIterator[ChatView]:
     text = str((message or {}).get("text") or "")
     files = [_path_of(f) for f in (message or {}).get("files") or []]
     chat = normalize(history)
@@ -436,7 +524,7 @@ async def _answer(
     chat += [stage, reply]
     # locked while the answer runs; the Stop button below takes the Send button's place
     locked = gr.update(value=None, interactive=False, submit_btn=False)
-    yield chat, locked, progress_html(0.0), conversation_id, gr.update()
+    yield ChatView(chat, locked, progress_html(0.0), conversation_id, gr.update())
     busy = gr.update()  # later updates leave the box as it is
     attached = False
     try:
@@ -461,27 +549,24 @@ async def _answer(
                 if isinstance(event, Failed):
                     break
                 status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
-                yield chat, busy, progress_html(_progress(event)), conversation_id, status
+                yield ChatView(chat, busy, progress_html(_progress(event)), conversation_id, status)
             else:
                 return
         if not isinstance(event, Failed):
             if wanted == "reset":
-                yield (
-                    [],
-                    idle_box(value=None),
-                    progress_html(0.0),
-                    None,
-                    status_markdown(app, lang),
-                )
+                blank = idle_box(value=None)
+                yield ChatView([], blank, progress_html(0.0), None, status_markdown(app, lang))
                 return
-            stopped, _box, bar = _stopped(chat, lang)
             box = _kept_input(None, files, attached)
-            yield stopped, box, bar, conversation_id, status_markdown(app, lang)
+            stopped = _stopped(chat, lang)
+            yield ChatView(
+                stopped, box, progress_html(0.0), conversation_id, status_markdown(app, lang)
+            )
             return
     except QwenUIError as exc:
         _apply(Failed.of(exc, lang), stage, reply, lang)
     chat, box = _after_failure(chat, text, files, attached)
-    yield chat, box, progress_html(0.0), conversation_id, status_markdown(app, lang)
+    yield ChatView(chat, box, progress_html(0.0), conversation_id, status_markdown(app, lang))
 
 
 async def _forget(
@@ -528,7 +613,9 @@ def _kept_input(text: str | None, files: list[str], attached: bool) -> Any:
     return idle_box(value={"text": text or "", "files": back})
 
 
-def _after_failure(chat: Messages, text: str, files: list[str], attached: bool) -> tuple[Any, ...]:
+def _after_failure(
+    chat: Messages, text: str, files: list[str], attached: bool
+) -> tuple[Messages, Any]:
     """A refused or failed turn: the chat keeps the images only when the conversation
     holds them; the question goes back into the box with any images not taken."""
     if not attached and files:
@@ -612,15 +699,15 @@ def _progress(event: Event) -> float:
     return float(getattr(event, "progress", 0.0))
 
 
-def _stopped(history: Messages | None, lang: Lang) -> tuple[Any, ...]:
-    """After Stop: close any pending stage message and give the textbox back."""
+def _stopped(history: Messages | None, lang: Lang) -> Messages:
+    """After Stop: the chat with any pending stage message closed."""
     chat = normalize(history)
     for message in chat:
         meta = message.get("metadata") or {}
         if meta.get("status") == "pending":
             meta["status"] = "done"
             meta["title"] = t("stopped", lang)
-    return chat, idle_box(), progress_html(0.0)
+    return chat
 
 
 def _path_of(item: Any) -> str:
@@ -650,20 +737,23 @@ def _header(lang: Lang) -> str:
     return f"# {t('title', lang)}\n{t('tagline', lang)}"
 
 
-def _relabel(app: FastAPI, lang: Lang, who: str) -> tuple[Any, ...]:
-    return (
-        gr.update(value=_header(lang)),
-        gr.update(value=lang, label=t("language", lang)),
-        gr.update(value=status_markdown(app, lang)),
-        gr.update(label=t("chat", lang)),
-        gr.update(label=t("question", lang), placeholder=t("question_placeholder", lang)),
-        gr.update(value=t("stop", lang)),
-        gr.update(value=t("new_chat", lang)),
-        gr.update(value=logout_html(services_of(app).settings, lang, who)),
-        gr.update(value=DEMO_NOTICE[lang]),
-        *(gr.update(visible=code == lang) for code in LANGS),
-        gr.update(label=t("history", lang)),
-        gr.update(label=t("title_label", lang)),
-        gr.update(value=t("rename", lang)),
-        gr.update(value=t("delete", lang)),
-    )
+def _relabel(app: FastAPI, page: Page, lang: Lang, who: str) -> dict[Any, Any]:
+    """Every text of the page in ``lang``."""
+    return {
+        page.header: gr.update(value=_header(lang)),
+        page.picker: gr.update(value=lang, label=t("language", lang)),
+        page.status: gr.update(value=status_markdown(app, lang)),
+        page.chat: gr.update(label=t("chat", lang)),
+        page.question: gr.update(
+            label=t("question", lang), placeholder=t("question_placeholder", lang)
+        ),
+        page.stop: gr.update(value=t("stop", lang)),
+        page.new_chat: gr.update(value=t("new_chat", lang)),
+        page.logout: gr.update(value=logout_html(services_of(app).settings, lang, who)),
+        page.demo_note: gr.update(value=DEMO_NOTICE[lang]),
+        **{column: gr.update(visible=code == lang) for code, column in page.examples.items()},
+        page.history: gr.update(label=t("history", lang)),
+        page.title_box: gr.update(label=t("title_label", lang)),
+        page.rename: gr.update(value=t("rename", lang)),
+        page.delete: gr.update(value=t("delete", lang)),
+    }

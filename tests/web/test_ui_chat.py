@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from qwen_ui.server import create_app
 from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
-from qwen_ui.web.ui import _stopped, answer, progress_html
+from qwen_ui.web.ui import ChatView, _stopped, answer, progress_html
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model
 from tests.support.auth import add_tenants, local_tenant
@@ -54,7 +54,7 @@ async def run(
     history: list[Any] | None = None,
     conversation: str | None = None,
     lang: str = "en",
-) -> list[tuple[Any, ...]]:
+) -> list[ChatView]:
     """Every update, copied as Gradio serialises it at each yield."""
     updates = answer(app, message, history, conversation, lang, USER)  # type: ignore[arg-type]
     return [copy.deepcopy(u) async for u in updates]
@@ -63,7 +63,7 @@ async def run(
 async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_path: Path) -> None:
     files = image_files(tmp_path, 2)
     updates = await run(chat_app, {"text": "What shape?", "files": files})
-    chat, _box, _bar, conversation, status = updates[-1]
+    chat, conversation, status = updates[-1].chat, updates[-1].conversation, updates[-1].status
     assert "ready" in status
     users = [m for m in chat if m["role"] == "user"]
     assert [u["content"] for u in users] == [
@@ -77,17 +77,17 @@ async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_pat
     assert "• Decoding image 1/2" in stage["content"]
     assert "• Encoding image 2/2" in stage["content"] and "• Answering" in stage["content"]
     assert conversation
-    titles = [u[0][-2]["metadata"]["title"] for u in updates]
+    titles = [u.chat[-2]["metadata"]["title"] for u in updates]
     assert "Loading the model" in titles and "Answering" in titles
-    pending = [u[0][-2]["metadata"]["status"] for u in updates[:-1]]
+    pending = [u.chat[-2]["metadata"]["status"] for u in updates[:-1]]
     assert set(pending) == {"pending"}
-    texts = [u[0][-1]["content"] for u in updates]
+    texts = [u.chat[-1]["content"] for u in updates]
     assert len({t for t in texts if t}) > 1  # the answer grew token by token
     assert texts[-1] == reply["content"]
-    assert 'aria-valuenow="100"' in updates[-1][2]
+    assert 'aria-valuenow="100"' in updates[-1].progress
     # follow-up in the same conversation, in Chinese
     more = await run(chat_app, {"text": "第二张呢？", "files": []}, chat, conversation, "zh")
-    chat2, _, _, conversation2, _ = more[-1]
+    chat2, conversation2 = more[-1].chat, more[-1].conversation
     assert conversation2 == conversation and len(chat2) == len(chat) + 3
     assert chat2[-2]["metadata"]["title"].startswith("完成")
 
@@ -96,7 +96,7 @@ async def test_bad_input_shows_the_typed_message(chat_app: FastAPI, tmp_path: Pa
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"%PDF-1.4")
     updates = await run(chat_app, {"text": "What?", "files": [str(bad)]}, lang="zh")
-    chat = updates[-1][0]
+    chat = updates[-1].chat
     assert chat[-2]["metadata"] == {"title": "失败", "status": "done"}
     assert "格式不受支持" in chat[-1]["content"]
 
@@ -107,7 +107,7 @@ async def test_a_refused_attachment_goes_back_into_the_box(
     good, bad = image_files(tmp_path, 1)[0], tmp_path / "notes.txt"
     bad.write_text("not an image")
     updates = await run(chat_app, {"text": "What?", "files": [good, str(bad)]})
-    chat, box = updates[-1][0], updates[-1][1]
+    chat, box = updates[-1].chat, updates[-1].box
     assert not [m for m in chat if isinstance(m["content"], dict)]  # the chat holds no image
     assert box["value"] == {"text": "What?", "files": [good, str(bad)]} and box["interactive"]
     assert sum("not a supported format" in str(m["content"]) for m in chat) == 1
@@ -116,12 +116,12 @@ async def test_a_refused_attachment_goes_back_into_the_box(
 async def test_image_only_submit_then_a_question(chat_app: FastAPI, tmp_path: Path) -> None:
     files = image_files(tmp_path, 2)
     refused = await run(chat_app, {"text": "", "files": files})
-    chat, box, _bar, conversation, _status = refused[-1]
+    chat, box, conversation = refused[-1].chat, refused[-1].box, refused[-1].conversation
     assert conversation and "value" not in box  # the images went to the conversation
     assert [m["content"]["path"] for m in chat if isinstance(m["content"], dict)] == files
     assert chat[-1]["content"] == "⚠️ Please type a question."
     answered = await run(chat_app, {"text": "Which is blue?", "files": []}, chat, conversation)
-    chat2, _box, _bar, conversation2, _status = answered[-1]
+    chat2, conversation2 = answered[-1].chat, answered[-1].conversation
     assert conversation2 == conversation
     assert "• Encoding image 2/2" in chat2[-2]["content"]
     assert chat2[-2]["metadata"]["title"].startswith("Done in")
@@ -129,7 +129,7 @@ async def test_image_only_submit_then_a_question(chat_app: FastAPI, tmp_path: Pa
 
 async def test_user_text_is_not_rendered_as_html(chat_app: FastAPI) -> None:
     updates = await run(chat_app, {"text": "<img src=x> *why*?", "files": []})
-    chat = updates[-1][0]
+    chat = updates[-1].chat
     assert "&lt;img src=x&gt; *why*?" in [m["content"] for m in chat if m["role"] == "user"]
     assert "No image was used" in chat[-1]["content"]
 
@@ -155,9 +155,8 @@ def test_stop_closes_the_pending_stage() -> None:
             "metadata": {"title": "Answering", "status": "pending"},
         }
     ]
-    chat, _box, bar = _stopped(history, "en")
+    chat = _stopped(history, "en")
     assert chat[0]["metadata"] == {"title": "Stopped", "status": "done"}
-    assert 'aria-valuenow="0"' in bar
 
 
 def test_progress_bar_is_clamped() -> None:
@@ -193,11 +192,11 @@ def test_history_from_the_browser_is_normalised() -> None:
         },
         {"role": "assistant", "content": "three"},
     ]
-    chat, _box, _bar = _stopped(browser, "zh")
+    chat = _stopped(browser, "zh")
     assert chat[2]["metadata"]["title"] == "已停止"
 
 
-async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[tuple[Any, ...]]:
+async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[ChatView]:
     from qwen_ui.web.ui import Controls
 
     controls = Controls()
@@ -206,7 +205,7 @@ async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[tup
     updates = []
     async for update in answer(app, message, [], None, "en", user, controls):  # type: ignore[arg-type]
         updates.append(copy.deepcopy(update))
-        if isinstance(update[0], list) and update[0] and update[0][-1]["content"]:
+        if isinstance(update.chat, list) and update.chat and update.chat[-1]["content"]:
             controls.request("s1", what)  # the answer is streaming: press the button
     assert controls.running == set() and controls.requested == {}
     return updates
@@ -217,7 +216,7 @@ async def test_stop_ends_the_answer_and_cancels_the_work(chat_app: FastAPI, tmp_
 
     engine: Engine = services_of(chat_app).engine
     updates = await stop_after_tokens(chat_app, tmp_path, "stop")
-    chat = updates[-1][0]
+    chat = updates[-1].chat
     assert chat[-2]["metadata"] == {"title": "Stopped", "status": "done"}
     assert chat[-1]["content"]  # the partial answer stays
     assert engine.metrics.requests.labels("cancelled")._value.get() == 1
@@ -225,5 +224,4 @@ async def test_stop_ends_the_answer_and_cancels_the_work(chat_app: FastAPI, tmp_
 
 async def test_new_conversation_while_answering_resets(chat_app: FastAPI, tmp_path: Path) -> None:
     updates = await stop_after_tokens(chat_app, tmp_path, "reset")
-    chat, _box, _bar, conversation, _status = updates[-1]
-    assert chat == [] and conversation is None
+    assert updates[-1].chat == [] and updates[-1].conversation is None

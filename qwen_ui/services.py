@@ -29,6 +29,7 @@ from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineStatus
+from qwen_ui.engine.warmup import start_up
 from qwen_ui.errors import NotStarted
 from qwen_ui.metrics import Metrics
 from qwen_ui.settings import Settings
@@ -69,7 +70,8 @@ class Services:
         cls, settings: Settings, store: ServedStore | None = None, install_demo: bool = False
     ) -> Services:
         """Open the state store, read the tenants, start the engine's worker (the model
-        itself loads on the first question, or now with ``QWEN_UI_PRELOAD``).
+        itself loads on the first question, or now and warmed up with ``preload``, the
+        default on CUDA).
         ``install_demo``: install the shipped demo now when it is the configured model and
         missing (``qwen-ui serve``); otherwise the first question installs it."""
         quiet_oss2_logging()
@@ -87,7 +89,9 @@ class Services:
         engine, admission = _engine(settings, store, state, status, metrics, auth)
         engine.start()
         services = cls(settings, metrics, status, store, state, auth, admission, engine)
-        if settings.preload:
+        if isinstance(engine, Engine) and engine.fast_path.preload:  # load, then warm up
+            services._tasks.append(asyncio.create_task(_started(engine)))
+        elif isinstance(engine, RemoteEngine) and settings.preload is True:
             services._tasks.append(asyncio.create_task(engine.preload()))
         return services
 
@@ -104,6 +108,10 @@ class Services:
             await self.engine.close()
         finally:
             await self.state.close()
+
+
+async def _started(engine: Engine) -> None:
+    await start_up(engine)
 
 
 def _engine(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -101,14 +101,22 @@ class Settings(BaseSettings):
     model_dir: Path | None = Field(
         None, description="Model store root, e.g. the ESSD mount (default: HOME/models)."
     )
-    preload: bool = Field(False, description="Load the model at start-up instead of lazily.")
+    preload: bool | Literal["auto"] = Field(
+        "auto",
+        description="Load the model at start-up instead of on the first question, then answer "
+        "one synthetic 1-image question (the warm-up, which records the CUDA graphs and "
+        "compiles the decode step) before /readyz turns ready; 'auto' = on CUDA only. "
+        "On CUDA with the other 'auto' defaults this adds tens of seconds to start-up "
+        "(docs/BENCHMARKS.md has the measured cost); /healthz answers throughout.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the model runs; 'auto' picks CUDA when present."
     )
     decode_mode: Literal["auto", "eager", "static"] = Field(
-        "eager",
+        "auto",
         description="KV cache of the decode loop: 'eager' grows a dynamic cache per request, "
-        "'static' decodes into fixed-length caches the worker pools; 'auto' = static on CUDA.",
+        "'static' decodes into fixed-length caches the worker pools; 'auto' = static on CUDA "
+        "(the fast path), eager on the CPU.",
     )
     vision_attention: Literal["batched", "stock"] = Field(
         "batched",
@@ -130,6 +138,26 @@ class Settings(BaseSettings):
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "
         "MLP's gate/up (Qwen2-VL, Qwen2.5-VL), seven kernel calls per layer become four.",
     )
+    max_batch: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Most requests the worker answers at once (continuous batching): "
+        "newcomers join the running batch between decode steps, their images encoded and "
+        "their prompts prefilled together, and each decode step is one forward call over "
+        "the batch's shared KV cache. 1 = one request at a time through the single-request "
+        "decode loop, the only one decode_mode and prefill_graph_rows apply to.",
+    )
+    batch_prefill_tokens: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="With max_batch > 1: the most prompt positions (of all newcomers "
+        "together, padded to the longest) prefilled between two decode steps of the "
+        "running batch; a longer prefill continues at the next steps, so running answers "
+        "pause for at most that much prefill while newcomers wait longer for their first "
+        "token. 0 = each prefill in one pass.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,
@@ -137,21 +165,22 @@ class Settings(BaseSettings):
         description="Static decode: idle KV caches kept for reuse, at most this many bytes in "
         "all (least recently used go first); kept out of the request budget.",
     )
-    compile_decode: bool = Field(
-        False,
+    compile_decode: bool | Literal["auto"] = Field(
+        "auto",
         description="With a static cache on CUDA, run the decode step through torch.compile "
-        "(mode='reduce-overhead', CUDA graphs); ignored on the CPU.",
+        "(mode='reduce-overhead', CUDA graphs); with max_batch > 1, replay the batch's "
+        "decode step from CUDA graphs recorded per batch-size bucket (1, 2, 4, 8, ...; the "
+        "start-up warm-up records them). 'auto' = on on CUDA. A single request's static "
+        "step compiles once per new cache length; ignored on the CPU.",
     )
-    prefill_graph_rows: int = Field(
-        0,
-        ge=0,
-        le=32768,
+    prefill_graph_rows: Annotated[int, Field(ge=0, le=32768)] | Literal["auto"] = Field(
+        "auto",
         description="With a static cache on CUDA, replay the language model's prefill of "
         "prompts of up to this many tokens from CUDA graphs recorded per 64-token length "
         "bucket (the first prompt of a bucket records it, about two eager passes): one "
         "launch instead of hundreds. "
         "Their shared memory pool and staging buffers are kept out of the request budget. "
-        "0 = off; ignored on the CPU.",
+        "0 = off; 'auto' = 4096 on CUDA; ignored on the CPU.",
     )
 
     # --- input limits ---------------------------------------------------------------
@@ -398,7 +427,7 @@ def field_rows() -> list[dict[str, Any]]:
                 "flag": "--" + name.replace("_", "-"),
                 "type": _type_name(info.annotation),
                 "default": _default_text(name, info),
-                "bounds": _bounds_text(info.metadata),
+                "bounds": _bounds_text(_constraints(info)),
                 "description": info.description or "",
             }
         )
@@ -407,10 +436,13 @@ def field_rows() -> list[dict[str, Any]]:
 
 def _type_name(annotation: Any) -> str:
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _type_name(args[0])
     if origin is Literal:
         return " | ".join(str(a) for a in args)
     if args:
-        return " | ".join(_type_name(a) for a in args if a is not type(None)) + " (optional)"
+        optional = " (optional)" if type(None) in args else ""
+        return " | ".join(_type_name(a) for a in args if a is not type(None)) + optional
     return str(getattr(annotation, "__name__", annotation))
 
 
@@ -420,6 +452,16 @@ def _default_text(name: str, info: Any) -> str:
             name, "(computed)"
         )
     return "" if info.default is None else str(info.default)
+
+
+def _constraints(info: Any) -> list[Any]:
+    """The field's bounds, also those of an ``Annotated`` member of a union."""
+    found = list(info.metadata)
+    for arg in get_args(info.annotation):
+        if get_origin(arg) is Annotated:
+            for item in get_args(arg)[1:]:
+                found.extend(getattr(item, "metadata", [item]))
+    return found
 
 
 def _bounds_text(metadata: list[Any]) -> str:

@@ -38,6 +38,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "not_installed": {"en": "not installed", "zh": "未安装"},
     "engine_idle": {"en": "idle (loads on first question)", "zh": "空闲（首次提问时加载）"},
     "engine_loading": {"en": "loading…", "zh": "加载中……"},
+    "engine_warming": {"en": "warming up…", "zh": "预热中……"},
     "engine_ready": {"en": "ready", "zh": "就绪"},
     "engine_failed": {"en": "failed", "zh": "失败"},
     "no_engine": {
@@ -77,6 +78,39 @@ TEXT: dict[str, dict[Lang, str]] = {
         "en": "No image was used for this answer.",
         "zh": "这个回答没有参考任何图片。",
     },
+    "still_answering": {
+        "en": "An answer is still being written. Your question stays in the box: send it "
+        "when the answer is done, or press Stop first.",
+        "zh": "上一个回答还没有写完。您的问题留在输入框里：等回答完成后再发送，或先按“停止”。",
+    },
+    "edit_last_only": {
+        "en": "Only the last question can be edited and sent again.",
+        "zh": "只能修改并重新发送最后一个问题。",
+    },
+    "nothing_to_redo": {
+        "en": "There is no question to answer again right now.",
+        "zh": "现在没有可以重新回答的问题。",
+    },
+    "image_alt_of": {
+        "en": "image {number} of {total}, {name}",
+        "zh": "第 {number} 张图片（共 {total} 张），{name}",
+    },
+    "scope": {"en": "This model", "zh": "这个模型"},  # "This model: understands …"
+    # names of Gradio's icon buttons, in the page's language (qwen_ui/web/static/a11y.js)
+    "label_sidebar": {"en": "Show or hide the conversations", "zh": "显示或隐藏对话记录"},
+    "label_attach": {"en": "Attach images", "zh": "添加图片"},
+    "label_send": {"en": "Send the question", "zh": "发送问题"},
+    "label_clear": {"en": "Delete this conversation", "zh": "删除本对话"},
+    "label_copy": {"en": "Copy the answer", "zh": "复制回答"},
+    "label_copied": {"en": "Copied", "zh": "已复制"},
+    "label_fullscreen": {"en": "Full screen", "zh": "全屏"},
+    "label_exit_fullscreen": {"en": "Leave full screen", "zh": "退出全屏"},
+    "label_download": {"en": "Download", "zh": "下载"},
+    "label_share": {"en": "Share", "zh": "分享"},
+    "label_close": {"en": "Close", "zh": "关闭"},
+    "label_remove": {"en": "Remove", "zh": "移除"},
+    "label_retry": {"en": "Answer again", "zh": "重新回答"},
+    "label_edit": {"en": "Edit the question", "zh": "修改问题"},
     # --- the login and logout pages -------------------------------------------------
     "login_page_title": {"en": "Log in · qwen-ui", "zh": "登录 · qwen-ui"},
     "login_heading": {"en": "Log in", "zh": "登录"},
@@ -120,7 +154,10 @@ TEXT: dict[str, dict[Lang, str]] = {
     "oss_empty": {"en": "No objects here.", "zh": "此处没有对象。"},
     "oss_folders": {"en": "Sub-folders", "zh": "子目录"},
     # --- the engine's stage labels (qwen_ui.engine.events.Stage.label) ----------------
-    "stage_queued": {"en": "Waiting in line: {ahead} ahead", "zh": "排队中：前面还有 {ahead} 个"},
+    "stage_queued": {
+        "en": "Waiting in line: position {position}",
+        "zh": "排队中：第 {position} 位",
+    },
     "stage_downscaled": {
         "en": "Images reduced to at most {max_pixels} pixels each to fit the server's memory",
         "zh": "为适应服务器显存，图片已缩小至每张最多 {max_pixels} 像素",
@@ -138,7 +175,7 @@ TEXT: dict[str, dict[Lang, str]] = {
     "stage_waiting": {"en": "Waiting for the model server", "zh": "正在等待模型服务器"},
     "stage_answering": {"en": "Answering", "zh": "正在回答"},
     "stage_cached": {"en": " (cached)", "zh": "（缓存）"},
-    "stage_wait": {"en": " (about {wait_s:.0f} s)", "zh": "（约 {wait_s:.0f} 秒）"},
+    "stage_wait": {"en": ", about {wait_s:.0f} s", "zh": "，约 {wait_s:.0f} 秒"},
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from qwen_ui.admission.budget import pool_reserve
 from qwen_ui.auth.tenants import Limits, Tenant
 from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.errors import NotStarted
@@ -36,7 +37,9 @@ def test_seam_limits_and_metrics(settings: Settings) -> None:
         controller = admission.controller
         assert controller.tenant_limit("acme") == 7
         assert controller.tenant_limit("unknown") == Limits().concurrent_requests  # type: ignore[call-arg]
-        assert controller.budget == settings.cpu_budget_bytes  # the CPU budget
+        # the CPU budget, less the idle KV caches the worker may keep (a batch's slots)
+        kept = pool_reserve(settings, admission.placement)
+        assert controller.budget == settings.cpu_budget_bytes - kept
         metrics = client.get("/metrics").text
     for name in (
         "qwen_ui_admission_budget_bytes",

@@ -47,8 +47,8 @@ def test_every_stage_is_labelled_in_both_languages(stage: StageName) -> None:
 
 def test_queued_stage_shows_the_wait_in_the_table_s_words() -> None:
     stage = Stage("queued", ahead=2, wait_s=7.4)
-    assert stage.label("en") == "Waiting in line: 2 ahead (about 7 s)"
-    assert stage.label("zh") == "排队中：前面还有 2 个（约 7 秒）"
+    assert stage.label("en") == "Waiting in line: position 3, about 7 s"  # 2 ahead
+    assert stage.label("zh") == "排队中：第 3 位，约 7 秒"
 
 
 def _zh_tables(path: Path) -> list[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from qwen_ui.admission.estimate import RequestShape, prefill_peak
+from qwen_ui.admission.estimate import eager_prefill
 from qwen_ui.engine.shapes import ModelShape, Placement
 from qwen_ui.settings import Settings
 
@@ -46,15 +46,18 @@ def request_budget(
 
 def pool_reserve(settings: Settings, where: Placement) -> int:
     """Bytes the decode worker may keep in idle static caches between requests."""
-    return settings.static_cache_pool_bytes if where.static_decode else 0
+    kept = where.static_decode or where.batch_limit > 1  # a batch's idle slot cache too
+    return settings.static_cache_pool_bytes if kept else 0
 
 
 def graph_reserve(where: Placement, shape: ModelShape | None) -> int:
     """Bytes the recorded prefills may hold (:mod:`qwen_ui.engine.prefill_graphs`): the
-    staging keys and values of their longest bucket, and their shared pool, which holds
-    at most that bucket's prefill transients (counted as a prompt of that many text tokens
-    would be). 0 when none are recorded or before the model's shape is known."""
+    staging keys and values of their longest bucket; their shared pool, which holds at
+    most that bucket's eager prefill transients (counted as a prompt of that many text
+    tokens would be); and as much again for the eager pass that precedes each recording
+    (it runs inside the first request of a new length bucket, beside the pool). 0 when
+    none are recorded or before the model's shape is known."""
     rows = where.graph_rows
     if not rows or shape is None:
         return 0
-    return shape.kv_bytes_per_token * rows + prefill_peak(RequestShape(text_tokens=rows), shape)
+    return shape.kv_bytes_per_token * rows + 2 * eager_prefill(rows, 0, shape)

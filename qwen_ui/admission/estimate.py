@@ -16,20 +16,30 @@ for kernels and the allocator's rounding (8 MiB and 4 % of that phase):
   holds a ``heads × n × n`` float32 score matrix, and that term is added.
   On the CPU the processor's buffers share the budget: its peak for the image's source
   size counts when larger.
-* **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache for ``L``
-  positions, the prompt embeddings and the image features, and one decoder layer's
+* **prefill** (``L`` prompt tokens, ``T`` of them image tokens): the KV cache (a static
+  cache is allocated whole first: ``L + max_new_tokens`` rounded up to its length step; a
+  dynamic one holds ``L``). A prompt that replays a recorded prefill (static decoding,
+  ``L <= prefill_graph_rows``, the CUDA default) adds only its inputs: the embeddings, the
+  image features and the positions; its activations live in the graphs' pool, which
+  :func:`qwen_ui.admission.budget.graph_reserve` keeps out of the budget. Otherwise the
+  eager pass adds the prompt embeddings and the image features, and one decoder layer's
   transients (residual, normed input, and the MLP's three ``[L, intermediate]`` tensors,
   four with fused projections; or RMSNorm's float32 copies when those are larger). An AWQ
   model told to dequantize for long prompts (``prefill_dequant_rows``) also holds the
   largest layer's weight being dequantized (gate and up together when the projections are
-  fused): 5 bytes of work per weight per byte of the compute dtype, the peak the profiler
-  measured for ``qwen_ui.engine.awq.dequantize_for_kernel`` on the CPU (the compiled
-  version used on CUDA holds less; counted the same until measured there).
+  fused): on the CPU 5 bytes of work per weight per byte of the compute dtype, the peak
+  the profiler measured for ``qwen_ui.engine.awq.dequantize_for_kernel``; on CUDA the
+  compiled dequantize holds the weight it writes and nothing more.
 * **decode**: the KV cache for ``L + max_new_tokens`` positions (a static cache: that
   rounded up to its length step), plus one layer's keys and values expanded to every query
   head for grouped-query attention (SDPA's ``enable_gqa`` on CUDA; larger than the layer's
   ``torch.cat`` copy while a dynamic cache grows, which is not alive at the same time), and
   the logits of one position.
+
+A **batch** of sequences decoding together (:func:`batch_peak`) holds every sequence's
+KV cache, plus the larger of one newcomer's own work (its images and prefill: newcomers
+join one at a time between decode steps) and one decode step's transients summed over
+the rows. For a single request that is the request's own peak.
 
 Coefficients below count tensors alive at the same moment in transformers' Qwen2.5-VL
 code (``modeling_qwen2_5_vl.py``, 5.x); ``tests/admission/test_estimate.py`` checks the
@@ -40,7 +50,7 @@ total against the allocator's measured peak on the CPU, and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.shapes import ModelShape, TextShape, VisionShape
@@ -50,6 +60,11 @@ F32 = 4
 WORKSPACE_BYTES = 8 * MiB  # kernel workspaces, allocator rounding, small tensors ...
 WORKSPACE_SHARE = 0.04  # ... plus this share of the largest phase
 DEQUANT_WORK = 5  # dequantize_for_kernel's peak, per weight, in units of the dtype's bytes
+# On CUDA the compiled dequantize (:mod:`qwen_ui.engine.prefill`) leaves only the weight it
+# writes alive: issue 31's H200 measurement of one 640x480 image (prompt of 499 tokens,
+# dynamic cache) was 345 MiB, the prompt's cache and activations beside one bf16 gate/up
+# weight (259 MiB); tests/admission/test_estimate_gpu.py checks it there.
+DEQUANT_WORK_CUDA = 1
 FLASH_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
@@ -95,6 +110,8 @@ class Estimate:
 
 
 def estimate(request: RequestShape, model: ModelShape) -> Estimate:
+    if model.batch_limit:
+        return _batched(request, model)
     vision = max((_image_peak(g, model) for g in request.encode), default=0)
     prefill = prefill_peak(request, model)
     decode = decode_peak(request, model)
@@ -130,7 +147,11 @@ def vision_peak(patches: int, model: ModelShape) -> int:
     rope = 2 * n * (v.hidden // v.heads) * F32  # cos and sin, float32, all blocks
     block = max(_vision_attention(n, v, b), _vision_mlp(n, v, b))
     merger = n * v.hidden * (b + 2 * F32) + (n // v.merge_unit) * v.out_hidden * 2 * b
-    return pixels + rope + max(block, merger) + _scores(n, model)
+    # one more [patches, width] activation: the kernels' workspaces and the window
+    # reordering's copy (the H200 measured 14.6 MiB above the counted tensors for one
+    # 1024x768 image, 3,996 patches: docs/BENCHMARKS.md)
+    workspace = n * v.hidden * b
+    return pixels + rope + max(block, merger) + workspace + _scores(n, model)
 
 
 def _vision_attention(n: int, v: VisionShape, b: int) -> int:
@@ -157,17 +178,66 @@ def _scores(n: int, model: ModelShape) -> int:
 # --- language model -------------------------------------------------------------------
 
 
+def cache_positions(request: RequestShape, model: ModelShape) -> int:
+    """Positions the request's KV cache holds at its largest: a static cache's whole length
+    (prompt + new tokens, rounded up to its length step), else what a dynamic one grows to."""
+    length = request.prompt_tokens + request.max_new_tokens
+    if model.cache_bucket:
+        return max(model.cache_bucket, -(-length // model.cache_bucket) * model.cache_bucket)
+    return length
+
+
+def replayed(length: int, model: ModelShape) -> bool:
+    """Whether a prompt of ``length`` tokens replays a recorded prefill (static decoding
+    with prefill graphs of up to ``graph_rows`` rows)."""
+    return bool(model.cache_bucket) and 0 < length <= model.graph_rows
+
+
 def prefill_peak(request: RequestShape, model: ModelShape) -> int:
-    t, b = model.text, model.dtype_bytes
+    """The KV cache (a static one is allocated whole before the prefill; a dynamic one
+    holds the prompt) beside the prefill's transients: a replayed prefill's inputs only
+    (its activations live in the recorded graphs' pool, kept out of the budget), else the
+    eager pass's."""
     length = request.prompt_tokens
-    kv = model.kv_bytes_per_token * length
+    positions = cache_positions(request, model) if model.cache_bucket else length
+    kv = model.kv_bytes_per_token * positions
+    if replayed(length, model):
+        return kv + graph_inputs(request, model)
+    return kv + eager_prefill(length, request.image_tokens, model)
+
+
+def graph_inputs(request: RequestShape, model: ModelShape) -> int:
+    """A replayed prefill's own allocations: the token table's rows, the image features
+    joined and the scattered result (copied into the graph's fixed input), beside the
+    features the prompt holds; the 3-D positions; the chosen token's logits work."""
+    t, b, length = model.text, model.dtype_bytes, request.prompt_tokens
+    rows = 2 * length + 2 * request.image_tokens
+    return rows * t.hidden * b + _positions(length, t, b) + _logits(t, b)
+
+
+def eager_prefill(length: int, image_tokens: int, model: ModelShape) -> int:
+    """An eager prefill's transients (the KV cache aside): one layer's keys while the cache
+    copies, the prompt embeddings and image features, positions, the largest decoder
+    layer's activations, the last position's logits and, for long AWQ prompts, the weight
+    being dequantized."""
+    t, b = model.text, model.dtype_bytes
     kv_copy = length * t.kv_heads * t.head_dim * b  # one layer's keys while the cache copies
-    inputs = length * t.hidden * b + 2 * request.image_tokens * t.hidden * b
-    # 3-D rope: position ids (int64 × 3), float32 angles per axis, cos/sin in the dtype
-    positions = length * (3 * 8 + 2 * t.head_dim * (3 * F32 + b))
+    inputs = length * t.hidden * b + 2 * image_tokens * t.hidden * b
     fused = model.fused_projections
     layer = max(_decoder_attention(length, t, b, fused), _decoder_mlp(length, t, b, fused))
-    return kv + kv_copy + inputs + positions + layer + _logits(t, b) + _dequant(length, model)
+    return (
+        kv_copy
+        + inputs
+        + _positions(length, t, b)
+        + layer
+        + _logits(t, b)
+        + _dequant(length, model)
+    )
+
+
+def _positions(length: int, t: TextShape, b: int) -> int:
+    # 3-D rope: position ids (int64 × 3), float32 angles per axis, cos/sin in the dtype
+    return length * (3 * 8 + 2 * t.head_dim * (3 * F32 + b))
 
 
 def _dequant(length: int, model: ModelShape) -> int:
@@ -177,7 +247,8 @@ def _dequant(length: int, model: ModelShape) -> int:
     parts = 2 if model.fused_projections else 1  # gate and up as one layer
     qkv = (t.heads + (2 * t.kv_heads if model.fused_projections else 0)) * t.head_dim
     largest = t.hidden * max(parts * t.intermediate, qkv)
-    return largest * DEQUANT_WORK * model.dtype_bytes
+    work = DEQUANT_WORK_CUDA if model.device == "cuda" else DEQUANT_WORK
+    return largest * work * model.dtype_bytes
 
 
 def _decoder_attention(length: int, t: TextShape, b: int, fused: bool = False) -> int:
@@ -203,10 +274,112 @@ def _logits(t: TextShape, b: int) -> int:
 
 
 def decode_peak(request: RequestShape, model: ModelShape) -> int:
+    return model.kv_bytes_per_token * cache_positions(request, model) + decode_step(request, model)
+
+
+def decode_step(request: RequestShape, model: ModelShape) -> int:
+    """One decode step's transients for this sequence: one layer's keys and values
+    expanded to every query head (SDPA's ``enable_gqa``, or ``torch.cat`` while a dynamic
+    cache grows), its logits and a few hidden-size vectors."""
     t, b = model.text, model.dtype_bytes
-    length = request.prompt_tokens + request.max_new_tokens
-    if model.cache_bucket:
-        length = -(-length // model.cache_bucket) * model.cache_bucket
-    kv = model.kv_bytes_per_token * length
-    expanded = 2 * length * max(t.heads, t.kv_heads) * t.head_dim * b  # one layer's K and V
-    return kv + expanded + _logits(t, b) + 64 * t.hidden * F32
+    expanded = 2 * cache_positions(request, model) * max(t.heads, t.kv_heads) * t.head_dim * b
+    return expanded + _logits(t, b) + 64 * t.hidden * F32
+
+
+# --- a batch ----------------------------------------------------------------------------
+
+
+def batch_peak(requests: Sequence[RequestShape], model: ModelShape) -> int:
+    """Peak bytes of sequences decoding as one batch: every sequence's KV cache (slots for
+    its whole length), plus the larger of a newcomer's own work (its images encoded, its
+    prefill's transients: newcomers join one at a time between decode steps) and a decode
+    step over the whole batch (each row's step transients). With continuous batching
+    (``batch_limit``) as :func:`_slot_batch` counts it."""
+    if not requests:
+        return 0
+    if model.batch_limit:
+        return _slot_batch(requests, model)
+    kv = [model.kv_bytes_per_token * cache_positions(r, model) for r in requests]
+    # a newcomer's cache is made after its images are encoded: counted in ``kv`` already
+    joining = max(
+        max(estimate(r, model).vision, prefill_peak(r, model)) - k
+        for r, k in zip(requests, kv, strict=True)
+    )
+    step = sum(decode_step(r, model) for r in requests)
+    return sum(kv) + max(joining, step)
+
+
+def batch_total(requests: Sequence[RequestShape], model: ModelShape) -> int:
+    """What a batch needs with the workspace added as for one request: for a single
+    request, ``estimate(request, model).total``."""
+    peak = batch_peak(requests, model)
+    return peak + WORKSPACE_BYTES + int(WORKSPACE_SHARE * peak) if requests else 0
+
+
+# --- continuous batching ----------------------------------------------------------------
+
+
+def slot_count(rows: int, model: ModelShape) -> int:
+    """Slots of the batch's cache for ``rows`` sequences: all ``batch_limit`` of them
+    from the start when its decode steps replay graphs, else the next bucket (1, 2, 4, ...)."""
+    if model.batch_graphs:
+        return max(model.batch_limit, rows)
+    bucket = 1
+    while bucket < rows:
+        bucket *= 2
+    return min(bucket, max(model.batch_limit, rows))
+
+
+def _slot_batch(requests: Sequence[RequestShape], model: ModelShape) -> int:
+    """A continuous batch (:mod:`qwen_ui.engine.slots`): one slot cache of
+    :func:`slot_count` slots, each as long as the longest sequence's cache; while a longer
+    newcomer grows it, the old tensors beside the new. Newcomers (at worst all of them at
+    once) have their images encoded in one pass and are prefilled together, padded to the
+    longest prompt, into a dynamic cache that is then copied into the slots; a decode step
+    runs over the slots' rows."""
+    kv_token = model.kv_bytes_per_token
+    lengths = sorted(cache_positions(r, model) for r in requests)
+    slots = slot_count(len(requests), model)
+    cache = slots * lengths[-1] * kv_token
+    grown = slots * lengths[-2] * kv_token if len(lengths) > 1 else 0
+    rows = len(requests) * max(r.prompt_tokens for r in requests)
+    prefill_kv = kv_token * rows
+    images = sum(r.image_tokens for r in requests)
+    prefill = prefill_kv + eager_prefill(rows, images, model)
+    vision = _encoded_together([g for r in requests for g in r.encode], model)
+    step = slots * decode_step(
+        RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0)
+    )
+    # a lone sequence is prefilled before any slot exists; a newcomer to a running batch
+    # beside the slots (counted at their final size)
+    existing = cache if len(requests) > 1 else 0
+    return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
+
+
+def _batched(request: RequestShape, model: ModelShape) -> Estimate:
+    """A request as a batch of one (:func:`_slot_batch`), by phase."""
+    kv_token = model.kv_bytes_per_token
+    cache = slot_count(1, model) * cache_positions(request, model) * kv_token
+    prompt_kv = kv_token * request.prompt_tokens
+    eager = eager_prefill(request.prompt_tokens, request.image_tokens, model)
+    vision = _encoded_together(request.encode, model)
+    prefill = prompt_kv + max(eager, cache)  # the slots are made once the pass is done
+    plain = replace(model, cache_bucket=0)
+    step = decode_step(RequestShape(text_tokens=cache_positions(request, model)), plain)
+    decode = cache + slot_count(1, model) * step
+    return Estimate(vision, prefill, decode, parts={"kv_cache": cache})
+
+
+def _encoded_together(grids: Sequence[ImageGrid], model: ModelShape) -> int:
+    """The vision tower over several images in one pass (it attends within each image):
+    its activations are those of their patches together."""
+    if not grids:
+        return 0
+    if len(grids) == 1:
+        return _image_peak(grids[0], model)
+    patches = sum(g.patches for g in grids)
+    tower = vision_peak(patches, model)
+    if not model.preprocess_on_device:
+        return tower
+    # the processor resizes one image at a time; their patches together are the tower's
+    return max(tower, max(preprocess_peak(g, model) for g in grids))

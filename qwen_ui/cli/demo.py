@@ -36,6 +36,13 @@ def register(sub: Any) -> None:
         "e.g. a larger sample of one type than --n spread over all eight gives, or "
         "grounding (scored by IoU) and off_grammar (the refusal, exact)",
     )
+    p.add_argument(
+        "--vision-ids",
+        choices=("model", "on", "off"),
+        default="model",
+        help="label each image in the prompt with its number ('Picture 1: '): as the model's "
+        "qwen_ui.json declares (default, what the engine does), or forced on or off",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=32, help="questions per generate call")
     p.add_argument(
@@ -67,12 +74,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from qwen_ui.demo.answer import load_bf16, load_processor, make_answer_fn
     from qwen_ui.demo.awq_ref import load_awq_dequantized
     from qwen_ui.demo.evaluate import evaluate
+    from qwen_ui.engine.facts import read_declared
 
     path = model_path(args.model_dir, args.revision)
     dtype = torch.float32  # the CPU runs fp32 several times faster than bf16
     load = load_awq_dequantized if args.revision == "awq" else load_bf16
     model = load(path, dtype)
-    answer = make_answer_fn(model, load_processor(path))
+    labels = (
+        read_declared(path).vision_ids if args.vision_ids == "model" else args.vision_ids == "on"
+    )
+    answer = make_answer_fn(model, load_processor(path), labels)
 
     def progress(done: int, total: int) -> None:
         if not args.json:
@@ -83,6 +94,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         answer, n=args.n, seed=args.seed, batch_size=args.batch_size, progress=progress, kinds=kinds
     )
     result = report.to_dict() | {"revision": args.revision, "path": str(path)}
+    result["vision_ids"] = labels
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
@@ -97,7 +109,8 @@ def format_report(result: dict[str, Any]) -> str:
 
     lines = [
         f"demo model {result['revision']} ({result['path']}), {result['n']} held-out questions, "
-        f"set {result['seed']}, {result['seconds']} s",
+        f"set {result['seed']}, {result['seconds']} s"
+        + (", images labelled" if result.get("vision_ids") else ""),
         line("overall", result["overall"]),
         "by question type:",
         *(line(k, v) for k, v in result["by_kind"].items()),

@@ -31,7 +31,7 @@ def _add_flag(parser: argparse.ArgumentParser, row: dict[str, Any]) -> None:
         extra.append(row["bounds"])
     help_text = f"{text} [{'; '.join(extra)}]".replace("%", "%%")
     dest = row["name"]
-    if row["type"] == "bool":
+    if row["type"] in ("bool", "bool | auto"):  # 'auto' is the default, or the env's
         parser.add_argument(
             row["flag"],
             dest=dest,

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 
 from qwen_ui.demo.evaluate import AnswerFn, Item
+from qwen_ui.engine.pipelines import Turn
+from qwen_ui.engine.pipelines import messages as engine_messages
 
 # a grammar answer is a few tokens, the refusal about 70, a grounding answer of four
 # boxes about 190; generate stops when every answer of the batch has ended
@@ -33,16 +35,18 @@ def load_bf16(path: Path, dtype: torch.dtype = torch.bfloat16) -> Any:
     return AutoModelForImageTextToText.from_pretrained(str(path), dtype=dtype).eval()
 
 
-def messages(images: int, question: str) -> list[dict[str, Any]]:
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in range(images)]
-    content.append({"type": "text", "text": question})
-    return [{"role": "user", "content": content}]
+def messages(images: int, question: str, vision_ids: bool = False) -> list[dict[str, Any]]:
+    """One question's messages as the engine builds them; ``vision_ids`` labels the images
+    ("Picture 1: ", ...) as the engine does for a model that declares them."""
+    return engine_messages([Turn(question, images, first_image=1 if vision_ids else 0)])
 
 
-def answer_batch(model: Any, processor: Any, items: Sequence[Item]) -> list[str]:
+def answer_batch(
+    model: Any, processor: Any, items: Sequence[Item], vision_ids: bool = False
+) -> list[str]:
     prompts = [
         processor.apply_chat_template(
-            messages(len(imgs), q), add_generation_prompt=True, tokenize=False
+            messages(len(imgs), q, vision_ids), add_generation_prompt=True, tokenize=False
         )
         for imgs, q in items
     ]
@@ -56,8 +60,8 @@ def answer_batch(model: Any, processor: Any, items: Sequence[Item]) -> list[str]
     return [text.strip() for text in processor.batch_decode(new, skip_special_tokens=True)]
 
 
-def make_answer_fn(model: Any, processor: Any) -> AnswerFn:
+def make_answer_fn(model: Any, processor: Any, vision_ids: bool = False) -> AnswerFn:
     def answer(items: Sequence[Item]) -> list[str]:
-        return answer_batch(model, processor, items)
+        return answer_batch(model, processor, items, vision_ids)
 
     return answer

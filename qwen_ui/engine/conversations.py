@@ -165,6 +165,17 @@ class ConversationStore:
         conversation.pending = []
         await self._save(conversation)
 
+    async def drop_last_turn(self, conversation: Conversation) -> StoredTurn | None:
+        """Take back the last answered turn (to answer its question again, or an edited
+        one): its images stay attached, pending again, first, so they keep their numbers
+        and the next question sees them. None when there is no answered turn."""
+        if not conversation.turns:
+            return None
+        turn = conversation.turns.pop()
+        conversation.pending = [*turn.images, *conversation.pending]
+        await self._save(conversation)
+        return turn
+
     async def delete(self, owner: str, conversation_id: str) -> bool:
         await self._write_list(
             owner, [s for s in await self.owned(owner) if s.id != conversation_id]

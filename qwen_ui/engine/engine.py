@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import json
 import logging
 import time
 import uuid
@@ -31,8 +30,18 @@ from PIL import Image
 from transformers import PreTrainedModel
 
 from qwen_ui.engine import images as image_checks
+from qwen_ui.engine.answering import (
+    Answering,
+    Encoded,
+    Entrant,
+    Plan,
+    PromptImage,
+    WorkResult,
+    prepare,
+)
+from qwen_ui.engine.batching import Batch
+from qwen_ui.engine.batching import Sequence as BatchSequence
 from qwen_ui.engine.box_mapping import locate_answer
-from qwen_ui.engine.boxes import Family
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import (
     Conversation,
@@ -41,7 +50,6 @@ from qwen_ui.engine.conversations import (
     new_id,
     owner_of,
 )
-from qwen_ui.engine.detokenize import TextStream
 from qwen_ui.engine.errors import (
     SEED_MAX,
     AnswerFailed,
@@ -50,8 +58,9 @@ from qwen_ui.engine.errors import (
     NoQuestion,
     QuestionTooLong,
 )
-from qwen_ui.engine.events import Done, Event, Failed, Stage, Token, answering_progress
-from qwen_ui.engine.facts import ServedModel, placement, read_model
+from qwen_ui.engine.events import Done, Event, Failed, Stage
+from qwen_ui.engine.facts import Declared, ServedModel, placement, read_declared, read_model
+from qwen_ui.engine.fastpath import fast_path
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -73,8 +82,6 @@ from qwen_ui.settings import Settings
 from qwen_ui.state import State
 
 log = logging.getLogger(__name__)
-
-MODEL_FACTS = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
 
 
 @dataclass(frozen=True)
@@ -114,38 +121,6 @@ class AskRequest:
     @property
     def owner(self) -> str:
         return owner_of(self.tenant, self.user)
-
-
-@dataclass(frozen=True)
-class PromptImage:
-    """An image of the prompt: its cache key, and either its embedding or its pixels."""
-
-    key: CacheKey
-    embedding: Embedding | None
-    image: Image.Image | None
-    tier: str  # "memory", "redis" or "miss"
-    number: int = 0  # 1-based place in the conversation
-
-
-@dataclass(frozen=True)
-class Plan:
-    turns: list[Turn]
-    images: list[PromptImage]
-    sampling: SamplingOptions
-    started: float
-    total_images: int = 0  # images in the whole conversation (stage labels count them)
-
-
-@dataclass
-class WorkResult:
-    answer: str
-    outcome: Outcome
-    prompt_tokens: int
-    new_embeddings: list[tuple[CacheKey, Embedding]]
-    timings: dict[str, float]
-    grids: list[tuple[int, int, int]] = field(default_factory=list)  # the prompt's images
-    family: Family | None = None  # the model's box format
-    patch: int = 14  # the vision tower's patch side in pixels
 
 
 class QueueReport(Protocol):
@@ -268,15 +243,26 @@ class Engine:
         )
         self.metrics = metrics or EngineMetrics()
         self.admission = admission
-        self._text_only: dict[str, bool] = {}  # per snapshot id: answers without images
+        self._declared: dict[str, Declared] = {}  # per snapshot id: its qwen_ui.json
         self.placement = placement(settings)
+        self.fast_path = fast_path(settings, self.placement.device)  # 'auto' resolved
         self._served: ServedModel | None = None
         self._served_lock = asyncio.Lock()
         self._resident_told = False
         self.limits = image_checks.ImageLimits(
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
-        self.worker = Worker()
+        self.batch: Batch[Entrant] | None = None
+        if settings.max_batch > 1:  # continuous batching; else one request at a time
+            self.batch = Batch(
+                settings.max_batch,
+                self._prepare,
+                lambda: self.pipelines.language().model,
+                settings.static_cache_pool_bytes,
+                graphs=self.fast_path.compile_decode,
+                prefill_tokens=settings.batch_prefill_tokens,
+            )
+        self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None
         image_checks.raise_pil_guard(settings.max_image_pixels)
 
@@ -285,7 +271,8 @@ class Engine:
         self.worker.start()
 
     async def preload(self) -> None:
-        """Load both pipelines now (``QWEN_UI_PRELOAD=1``); failures land in the status."""
+        """Load both pipelines now (:func:`qwen_ui.engine.warmup.start_up` calls this at
+        start-up, then warms up); failures land in the status."""
         job = self.worker.submit(lambda _job: self.pipelines.load())
         try:
             async for _ in job.events():
@@ -318,10 +305,13 @@ class Engine:
                 kept = conversation.id
             if not question:
                 raise NoQuestion()
-            if not checked and not conversation.images and not await self._answers_without_images():
+            declared = await self._declared_facts()
+            if not checked and not conversation.images and not declared.answers_without_images:
                 raise NoImage()
             history = await self._history(request, conversation, len(checked))
-            turns = _turns(history, question, len(history.earlier) + len(checked))
+            total = len(conversation.images) + (len(checked) if stateless else 0)
+            new = len(history.earlier) + len(checked)
+            turns = _turns(history, question, new, total if declared.vision_ids else 0)
             fit = await self._fit(request, turns, history, checked, sampling)
             if fit.max_pixels is not None:
                 checked = await asyncio.to_thread(
@@ -329,13 +319,14 @@ class Engine:
                 )
                 yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
             plan = await self._plan(request, turns, history, checked, sampling, start)
-            plan = _numbered(plan, len(conversation.images))
+            plan = _numbered(plan, total)
             events: asyncio.Queue[Event] = asyncio.Queue()
             reservation = self._reserve(request.tenant, fit, events)
             async with EnteredAdmission(reservation, events) as waiting:
                 async for event in waiting:
                     yield event
-                job = self.worker.submit(lambda j: self._work(j, plan))
+                work = self._work if self.batch is None else self._join
+                job = self.worker.submit(lambda j: work(j, plan))
                 async for event in job.events():
                     yield event
             result = job.result
@@ -370,19 +361,14 @@ class Engine:
     async def _conversation(self, request: AskRequest) -> Conversation:
         return await conversation_of(self.conversations, request)
 
-    async def _answers_without_images(self) -> bool:
-        """A fact of the model: ``qwen_ui.json`` beside its weights may say
-        ``{"answers_without_images": false}`` (the demo model); production Qwen models can."""
+    async def _declared_facts(self) -> Declared:
+        """What the model's ``qwen_ui.json`` declares (whether it answers without images,
+        whether its prompt labels images), read once per snapshot (it is immutable)."""
         snapshot = await asyncio.to_thread(self.pipelines.snapshot)
-        if snapshot.id not in self._text_only:  # a snapshot is immutable: read it once
-            facts = Path(snapshot.path) / MODEL_FACTS
-            try:
-                text = await asyncio.to_thread(facts.read_text, encoding="utf-8")
-            except FileNotFoundError:
-                text = "{}"
-            answers = bool(json.loads(text).get("answers_without_images", True))
-            self._text_only[snapshot.id] = answers
-        return self._text_only[snapshot.id]
+        if snapshot.id not in self._declared:
+            path = Path(snapshot.path)
+            self._declared[snapshot.id] = await asyncio.to_thread(read_declared, path)
+        return self._declared[snapshot.id]
 
     async def _decode(
         self,
@@ -487,12 +473,16 @@ class Engine:
 
     async def _tell_resident(self, admission: Admission) -> None:
         """Measure the weights on the worker between two jobs (no request's activations
-        are counted), once they are loaded (CUDA only)."""
+        are counted; nor the continuous batch's slot cache, whose sequences admission
+        holds reservations for), once they are loaded (CUDA only)."""
         if self._resident_told or self.placement.device != "cuda":
             return
         if not self.pipelines.is_loaded:
             return
-        job = self.worker.submit(lambda _job: int(torch.cuda.memory_allocated()))
+        batch = self.batch
+        job = self.worker.submit(
+            lambda _job: int(torch.cuda.memory_allocated()) - (batch.cache.nbytes if batch else 0)
+        )
         async for _ in job.events():
             pass
         self._resident_told = True
@@ -504,7 +494,9 @@ class Engine:
         question = self._question(request.question)
         conversation = await self._conversation(request)
         history = await self._history(request, conversation, len(new_sizes))
-        turns = _turns(history, question, len(new_sizes))
+        total = len(conversation.images) + len(new_sizes)  # the new ones as if attached
+        labelled = (await self._declared_facts()).vision_ids
+        turns = _turns(history, question, len(new_sizes), total if labelled else 0)
         max_new = self._sampling(request.options).max_new_tokens
         return await self._shape(request, turns, history, new_sizes, max_new)
 
@@ -620,50 +612,43 @@ class Engine:
         d = self._decoder
         return Generation(model, prompt, sampling, "static", d.pool, d.step, d.graphs)
 
-    def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
-        timings: dict[str, float] = {}
+    def _load(self, job: Job[WorkResult], timings: dict[str, float]) -> None:
         if not self.pipelines.is_loaded:
             job.emit(Stage.at("loading_model"))
             t0 = time.perf_counter()
             self.pipelines.load()
             timings["loading_model"] = round(time.perf_counter() - t0, 4)
+
+    def _work(self, job: Job[WorkResult], plan: Plan) -> WorkResult:
+        """One request alone, from encoding to its last token (``max_batch`` = 1)."""
+        timings: dict[str, float] = {}
+        self._load(job, timings)
         encoded = self._encode(job, plan, timings)
         if encoded is None:
             return WorkResult("", Outcome([], "cancelled"), 0, [], timings)
-        embeddings, fresh = encoded
         language = self.pipelines.language()
-        prompt = language.build_prompt(plan.turns, embeddings)
+        prompt = language.build_prompt(plan.turns, encoded[0])
         job.emit(Stage.at("answering", prompt_tokens=prompt.length))
         generation = self._generation(language.model, prompt, plan.sampling)
-        stream = TextStream(language.decode)
-        t0 = time.perf_counter()
-        first: list[float] = []
+        answer = Answering(job, plan, language, prompt.length, encoded, timings)
+        outcome = run(generation, language.stop_ids, answer.on_token, job.cancelled)
+        return answer.result(outcome)
 
-        def on_token(token: int) -> None:
-            if not first:
-                first.append(time.perf_counter())
-            text = stream.push(token)
-            count = len(stream.tokens)
-            job.emit(Token(text, count, answering_progress(count, plan.sampling.max_new_tokens)))
+    def _join(self, job: Job[WorkResult], plan: Plan) -> None:
+        """Hand the request to the continuous batch, which ends the job: it is encoded and
+        prefilled with the other newcomers at the next step boundary."""
+        assert self.batch is not None
+        timings: dict[str, float] = {}
+        self._load(job, timings)
+        self.batch.enter(Entrant(job, plan, timings))
+        job.defer()
 
-        outcome = run(generation, language.stop_ids, on_token, job.cancelled)
-        end = time.perf_counter()
-        if rest := stream.flush():
-            count = len(stream.tokens)
-            job.emit(Token(rest, count, answering_progress(count, plan.sampling.max_new_tokens)))
-        if first:
-            timings["prefill"] = round(first[0] - t0, 4)
-            timings["decode"] = round(end - first[0], 4)
-            timings["ttft"] = round(first[0] - plan.started, 4)
-        grids = [e.grid_thw for e in embeddings]
-        answer = stream.text()
-        return WorkResult(
-            answer, outcome, prompt.length, fresh, timings, grids, language.family, language.patch
-        )
+    def _prepare(self, entrants: list[Entrant]) -> list[BatchSequence]:
+        return prepare(entrants, self.pipelines.vision(), self.pipelines.language(), self.cache)
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]
-    ) -> tuple[list[Embedding], list[tuple[CacheKey, Embedding]]] | None:
+    ) -> Encoded | None:
         vision = self.pipelines.vision()
         embeddings: list[Embedding] = []
         fresh: list[tuple[CacheKey, Embedding]] = []
@@ -694,10 +679,20 @@ def _numbered(plan: Plan, total: int) -> Plan:
     return replace(plan, images=images, total_images=total)
 
 
-def _turns(history: History, question: str, new_images: int) -> list[Turn]:
-    """The prompt's turns: the kept earlier ones, then the question asked now."""
+def _turns(history: History, question: str, new_images: int, total: int = 0) -> list[Turn]:
+    """The prompt's turns: the kept earlier ones, then the question asked now. With
+    ``total`` (the conversation's images, the prompt holding the latest ones), each turn
+    carries its first image's number for the prompt's labels."""
     turns = [Turn(t.question, len(t.images), t.answer) for t in history.turns]
-    return [*turns, Turn(question, new_images)]
+    turns.append(Turn(question, new_images))
+    if not total:
+        return turns
+    number = total - sum(turn.image_count for turn in turns) + 1
+    numbered = []
+    for turn in turns:
+        numbered.append(replace(turn, first_image=number))
+        number += turn.image_count
+    return numbered
 
 
 def _header_size(data: bytes) -> Size:
@@ -733,10 +728,10 @@ class Decoder:
 
     @classmethod
     def build(cls, model: PreTrainedModel, settings: Settings) -> Decoder:
-        cuda = model.device.type == "cuda"
-        step = compiled_step(model) if cuda and settings.compile_decode else None
-        rows = settings.prefill_graph_rows
-        graphs = PrefillGraphs(model, rows) if cuda and rows > 0 else None
+        path = fast_path(settings, model.device.type)
+        step = compiled_step(model) if path.compile_decode else None
+        rows = path.prefill_graph_rows
+        graphs = PrefillGraphs(model, rows) if rows > 0 else None
         return cls(model, CachePool(model, settings.static_cache_pool_bytes), step, graphs)
 
 

@@ -79,7 +79,7 @@ class Stage(Event):
             chosen,
             index=self.index,
             total=self.total,
-            ahead=self.ahead,
+            position=self.ahead + 1,  # "queued": the place in line (1: next)
             max_pixels=self.max_pixels,
         )
         if self.stage == "queued" and self.wait_s > 0:

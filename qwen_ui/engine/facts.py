@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import torch
 from transformers import AutoConfig, AutoProcessor
 
 from qwen_ui.engine.awq import awq_settings
-from qwen_ui.engine.generate import CACHE_BUCKET, decode_mode_for
+from qwen_ui.engine.fastpath import fast_path
+from qwen_ui.engine.generate import CACHE_BUCKET
 from qwen_ui.engine.pipelines import Turn, compute_dtype, messages, pick_device, pixel_bounds
 from qwen_ui.engine.prefill_graphs import bucket_rows
 from qwen_ui.engine.shapes import (
@@ -29,24 +30,73 @@ from qwen_ui.engine.shapes import (
     TextShape,
     VisionShape,
 )
+from qwen_ui.lang import LANGS, Lang
 from qwen_ui.settings import Settings
 
 IMAGE_PAD = "<|image_pad|>"
+DECLARED = "qwen_ui.json"  # beside a model's weights: facts the app needs about it
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a model's ``qwen_ui.json`` declares (a model without the file: the defaults,
+    right for production Qwen models)."""
+
+    answers_without_images: bool = True  # the demo model cannot answer without an image
+    # each image in the prompt is labelled with its number in the conversation
+    # ("Picture 4: " before its vision tokens, as Qwen's chat template does with
+    # add_vision_id); the demo model was trained without labels
+    vision_ids: bool = True
+    # what the model understands, in its own words, per language (the page shows it)
+    scope: dict[Lang, str] | None = None
+
+
+def read_declared(path: Path) -> Declared:
+    """The facts ``path/qwen_ui.json`` declares; unknown keys are ignored."""
+    try:
+        body = json.loads((path / DECLARED).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Declared()
+    return Declared(
+        answers_without_images=bool(body.get("answers_without_images", True)),
+        vision_ids=bool(body.get("vision_ids", True)),
+        scope=_scope_of(body),
+    )
+
+
+def _scope_of(facts: object) -> dict[Lang, str] | None:
+    """The declared scope when it names both languages with some text; else None."""
+    scope = facts.get("scope") if isinstance(facts, dict) else None
+    if not isinstance(scope, dict):
+        return None
+    texts = {lang: scope.get(lang) for lang in LANGS}
+    if not all(isinstance(text, str) and text.strip() for text in texts.values()):
+        return None
+    return {lang: str(texts[lang]).strip() for lang in LANGS}
 
 
 def placement(settings: Settings, device: torch.device | None = None) -> Placement:
     """Where the engine runs (``device``: instead of the settings' choice) and what it
     keeps between requests there."""
     device = device or pick_device(settings.device)
-    static = decode_mode_for(settings.decode_mode, device.type) == "static"
-    rows = settings.prefill_graph_rows
-    graphs = static and device.type == "cuda" and rows > 0
+    path = fast_path(settings, device.type)
+    batch = batch_limit(settings)
+    if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop
+        return Placement(device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode)
+    static = path.decode_mode == "static"
+    rows = path.prefill_graph_rows
     return Placement(
         device=device.type,
         static_decode=static,
         cache_bucket=CACHE_BUCKET if static else 0,
-        graph_rows=bucket_rows(rows) if graphs else 0,
+        graph_rows=bucket_rows(rows) if rows else 0,
     )
+
+
+def batch_limit(settings: Settings) -> int:
+    """``max_batch``: the most requests the worker decodes together (1 where the worker
+    answers one at a time)."""
+    return int(getattr(settings, "max_batch", 1))
 
 
 @dataclass(frozen=True)
@@ -84,7 +134,10 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
         where.cache_bucket,
         settings.prefill_dequant_rows,
         settings.fuse_projections,
+        where.graph_rows,
     )
+    if where.batch_limit > 1:
+        shape = replace(shape, batch_limit=where.batch_limit, batch_graphs=where.batch_graphs)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     facts = ModelFacts(snapshot_id, shape, geometry_of(image_processor, low, high), weights)
     return ServedModel(facts, processor)
@@ -171,6 +224,7 @@ def model_shape(
     cache_bucket: int = 0,
     dequant_rows: int = 0,
     fused_projections: bool = False,
+    graph_rows: int = 0,
 ) -> ModelShape:
     text = text_shape(config)
     awq = awq_settings(config) is not None  # as the engine's loader decides
@@ -184,4 +238,6 @@ def model_shape(
         cache_bucket=cache_bucket,
         dequant_rows=dequant_rows if awq else 0,
         fused_projections=fused_projections and awq,
+        graph_rows=graph_rows,
+        device=device,
     )

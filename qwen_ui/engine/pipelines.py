@@ -70,6 +70,7 @@ class Turn:
     question: str
     image_count: int
     answer: str | None = None  # None: the turn being asked now
+    first_image: int = 0  # the number of its first image in the conversation (0: no labels)
 
 
 def pick_device(wanted: str) -> torch.device:
@@ -96,6 +97,8 @@ class VisionPipeline:
             f"min={low},max={high},"
             f"patch={self.image_processor.patch_size},merge={self.image_processor.merge_size}"
         )
+        vision_config = getattr(model.config, "vision_config", None)
+        self.deepstack = bool(getattr(vision_config, "deepstack_visual_indexes", None))
 
     @torch.inference_mode()
     def encode(self, image: Image.Image) -> Embedding:
@@ -110,6 +113,23 @@ class VisionPipeline:
         if deepstack:
             stacked = torch.stack([layer[0].detach() for layer in deepstack]).to("cpu")
         return Embedding(features, (t, h, w), stacked)
+
+    @torch.inference_mode()
+    def encode_many(self, images: Sequence[Image.Image]) -> list[Embedding]:
+        """The embeddings of several images (several requests' too) from one pass of the
+        vision tower, which attends within each image; one image at a time for towers
+        with deepstack features (Qwen3-VL)."""
+        if len(images) <= 1 or self.deepstack:
+            return [self.encode(image) for image in images]
+        batch = self.image_processor(images=list(images), size=self.size, return_tensors="pt")
+        grid = batch["image_grid_thw"].to(self.device)
+        pixels = batch["pixel_values"].to(self.device)
+        out = self.model.model.get_image_features(pixels, grid, return_dict=True)
+        grids = [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
+        return [
+            Embedding(features.detach().to("cpu"), thw, None)
+            for features, thw in zip(out.pooler_output, grids, strict=True)
+        ]
 
 
 def pixel_bounds(image_processor: Any, low: int, high: int) -> tuple[int, int]:
@@ -181,15 +201,30 @@ def grounding_token_ids(tokenizer: Any) -> dict[int, str]:
     return out
 
 
+VISION_ID = "Picture {number}: "  # the label Qwen's chat template writes with add_vision_id
+
+
 def messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """The turns as chat-template messages; a turn with ``first_image`` labels each of its
+    images with its number in the conversation (the template's own ``add_vision_id``
+    counts from 1 in the prompt, which may hold only the conversation's latest turns)."""
     out: list[dict[str, Any]] = []
     for turn in turns:
-        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(turn.image_count)]
+        content = image_parts(turn)
         content.append({"type": "text", "text": turn.question})
         out.append({"role": "user", "content": content})
         if turn.answer is not None:
             out.append({"role": "assistant", "content": [{"type": "text", "text": turn.answer}]})
     return out
+
+
+def image_parts(turn: Turn) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for i in range(turn.image_count):
+        if turn.first_image:
+            parts.append({"type": "text", "text": VISION_ID.format(number=turn.first_image + i)})
+        parts.append({"type": "image"})
+    return parts
 
 
 def expand_image_ids(ids: Sequence[int], pad_id: int, counts: Sequence[int]) -> list[int]:

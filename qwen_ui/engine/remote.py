@@ -197,6 +197,9 @@ class RemoteEngine:
         checked: list[image_checks.CheckedImage],
         sampling: SamplingOptions,
     ) -> dict[str, Any]:
+        # images go unlabelled ("Picture n: " is the local engine's): the remote's own chat
+        # template decides, and an OpenAI-compatible server may fold text parts into the
+        # question (qwen-ui's own /v1 does)
         messages: list[dict[str, Any]] = []
         for turn in history:
             past = [await self._past_image(request, sha) for sha in turn.images]

@@ -74,6 +74,14 @@ class ModelShape:
     # (settings.prefill_dequant_rows; 0 = never)
     dequant_rows: int = 0
     fused_projections: bool = False  # settings.fuse_projections: gate/up is one int4 layer
+    # prompts of up to this many tokens replay a recorded prefill, whose transients live in
+    # a pool kept out of the request budget (settings.prefill_graph_rows; 0 = none)
+    graph_rows: int = 0
+    device: str = "cuda"  # where the model runs ("cuda" or "cpu")
+    # continuous batching (settings.max_batch > 1): at most this many sequences decode
+    # together in one slot cache (qwen_ui.engine.slots); 0 = one request at a time
+    batch_limit: int = 0
+    batch_graphs: bool = False  # the slot cache holds batch_limit slots from the start
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -89,6 +97,8 @@ class Placement:
     static_decode: bool  # decodes into pooled static KV caches
     cache_bucket: int  # their length step (0: caches grown token by token)
     graph_rows: int  # rows of the longest recorded prefill (0: none recorded)
+    batch_limit: int = 0  # continuous batching: most sequences at once (0: one at a time)
+    batch_graphs: bool = False  # batched decode steps replayed from graphs (CUDA)
 
 
 @dataclass(frozen=True)

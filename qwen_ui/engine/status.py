@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 class EngineState(enum.StrEnum):
     IDLE = "idle"
     LOADING = "loading"
+    WARMING = "warming"  # loaded; answering the warm-up question (CUDA graphs, compiling)
     READY = "ready"
     FAILED = "failed"
 
@@ -31,6 +32,9 @@ class EngineStatus:
 
     def loading(self) -> None:
         self._move(EngineState.LOADING)
+
+    def warming(self) -> None:
+        self._move(EngineState.WARMING)
 
     def ready(self) -> None:
         self._move(EngineState.READY)
@@ -53,6 +57,8 @@ class EngineStatus:
     def not_ready_reason(self) -> str:
         if self.state is EngineState.FAILED:
             return f"engine failed: {self.reason}"
+        if self.state is EngineState.WARMING:
+            return "engine warming: answering the warm-up question (recording CUDA graphs)"
         if self.state is not EngineState.READY:
             return f"engine {self.state.value}: model not loaded yet"
         return "model loaded but has not answered yet"

@@ -1,9 +1,12 @@
 """The Gradio Blocks UI: a thin client of the engine (on the app's services).
 
 Images and a question go in through a ``MultimodalTextbox``; the answer streams into a
-``Chatbot`` under a collapsible stage message (``metadata.status`` pending → done) that
-names the stage being worked on, with a progress bar beside it. Stop cancels the
-generator, which closes the engine's iterator and so the work on the worker thread.
+``Chatbot`` (:mod:`qwen_ui.web.chat`) under a collapsible stage message that names the
+stage being worked on, with a progress bar beside it. Stop cancels the generator, which
+closes the engine's iterator and so the work on the worker thread. The last answer can be
+generated again and the last question edited and sent again (the Chatbot's own retry and
+edit buttons); the box takes the next question while an answer streams, and sending it
+then is refused with a message (the text stays in the box).
 """
 
 from __future__ import annotations
@@ -11,75 +14,49 @@ from __future__ import annotations
 import html
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import gradio as gr
 from fastapi import FastAPI
 
-from qwen_ui.auth.principal import Principal
 from qwen_ui.demo.examples import NOTICE as DEMO_NOTICE
 from qwen_ui.demo.examples import examples as demo_examples
-from qwen_ui.engine.engine import AskRequest
-from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
-from qwen_ui.engine.status import EngineState
-from qwen_ui.errors import QwenUIError
-from qwen_ui.services import maybe_services, services_of
+from qwen_ui.services import services_of
 from qwen_ui.settings import Settings
-from qwen_ui.web.asking import ask_as
+from qwen_ui.web.a11y import a11y_js
 from qwen_ui.web.auth import principal_from_gradio
+from qwen_ui.web.chat import (
+    ChatView,
+    Controls,
+    Messages,
+    answer,
+    forget,
+    idle_box,
+    last_question,
+    normalize,
+    progress_html,
+    question_text,
+    session_of,
+    status_markdown,
+    take_back,
+    was_stored,
+)
 from qwen_ui.web.history import (
     choices,
-    escape_markdown_html,
-    image_message,
     messages,
     open_conversation,
     store_of,
 )
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.oss_panel import build_oss_panel
+from qwen_ui.web.scope import declared_scope
 
 log = logging.getLogger(__name__)
 
 PAGE_TITLE = "qwen-ui · Visual Q&A · 视觉问答"
 LANG_CHOICES = [("English", "en"), ("中文", "zh")]
-Messages = list[dict[str, Any]]
-_BAR = "height:6px;border-radius:3px;overflow:hidden;background:var(--border-color-primary)"
-_FILL = "height:100%;background:var(--color-accent);transition:width .2s"
-
-
-def status_markdown(app: FastAPI, lang: Lang) -> str:
-    """What exists right now: the configured model, whether it is installed, engine state."""
-    services = services_of(app)
-    settings, engine = services.settings, services.status
-    installed = services.store.is_installed(settings.model_id, settings.model_revision)
-    state_text = t(f"engine_{engine.state.value}", lang)
-    if engine.state is EngineState.FAILED and engine.reason:
-        state_text += f": {engine.reason}"
-    lines = [
-        f"**{t('model', lang)}:** `{settings.model_id}` · {t('revision', lang)} "
-        f"`{settings.model_revision}` · {t('installed' if installed else 'not_installed', lang)}",
-        f"**{t('engine', lang)}:** {state_text}",
-    ]
-    if settings.engine == "openai":  # answered by a remote model server
-        host = urlsplit(settings.remote_base_url).netloc
-        lines[0] = f"**{t('model', lang)}:** `{settings.remote_model}` · {host}"
-    if not services.answering:
-        lines.append(f"\n{t('no_engine', lang)}")
-    return "\n\n".join(lines)
-
-
-def progress_html(fraction: float, label: str = "") -> str:
-    percent = max(0.0, min(100.0, fraction * 100))
-    return (
-        f'<div class="qwen-progress" role="progressbar" aria-valuenow="{percent:.0f}" '
-        f'aria-valuemin="0" aria-valuemax="100" title="{label}" style="{_BAR}">'
-        f'<div class="qwen-progress-fill" style="width:{percent:.1f}%;{_FILL}"></div></div>'
-    )
 
 
 NEAR_LIMIT = 0.8  # the character count shows from this share of the limit on
@@ -184,18 +161,6 @@ class Page:
         }
 
 
-@dataclass(frozen=True)
-class ChatView:
-    """One update of the chat while a question is answered, by name; ``gr.update()``
-    (or a value equal to it) leaves a component as it is."""
-
-    chat: Any  # the messages
-    box: Any  # the question box
-    progress: str  # the progress bar's HTML
-    conversation: str | None  # the conversation's id
-    status: Any  # the status line
-
-
 def build_ui(app: FastAPI, settings: Settings) -> gr.Blocks:
     with gr.Blocks(title=PAGE_TITLE, analytics_enabled=False) as blocks:
         page = _layout(app, settings, blocks)
@@ -229,6 +194,10 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         # no "share" (it needs Hugging Face Spaces) and no "copy all" (it copies the
         # server's temp-file URLs); each message keeps its own copy button
         buttons=["copy"],
+        # one bubble per message: the answer's copy button copies the answer only, not
+        # the stage log above it; only text questions can be edited (not images)
+        group_consecutive_messages=False,
+        editable="user",
     )
     progress = gr.HTML(progress_html(0.0), elem_id="qwen-progress")
     question = _question_box(settings)
@@ -240,7 +209,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         )
         new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
     build_oss_panel(app, blocks, question)
-    examples = _demo_examples(settings, question) if settings.is_demo_model else {}
+    examples = _examples_and_scope(settings, question)
     examples = {code: examples.get(code, gr.Column(visible=False)) for code in LANGS}
     return Page(
         lang=lang,
@@ -357,8 +326,8 @@ class Handlers:
     async def on_delete(
         self, conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
     ) -> dict[Any, Any]:
-        self.controls.request(str(request.session_hash), "reset")
-        await _forget(self.app, conversation_id, shown, request)
+        self.controls.request(session_of(request), "reset")
+        await forget(self.app, conversation_id, shown, request)
         return await self.showing(request, current, "")
 
     async def on_submit(
@@ -369,15 +338,75 @@ class Handlers:
         current: Lang,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
+        if session_of(request) in self.controls.running:
+            gr.Warning(t("still_answering", current))
+            yield {}  # nothing changes: the text stays in the box
+            return
         views = answer(self.app, message, history, conversation_id, current, request, self.controls)
         async for view in views:
             yield self.page.of(view)
 
+    async def on_retry(
+        self,
+        history: Messages | None,
+        conversation_id: str | None,
+        current: Lang,
+        request: gr.Request,
+    ) -> AsyncIterator[dict[Any, Any]]:
+        """Regenerate: the last question is asked again (its earlier answer dropped)."""
+        async for update in self.again(None, history, conversation_id, current, request):
+            yield update
+
+    async def on_edit(
+        self,
+        data: gr.EditData,
+        history: Messages | None,
+        conversation_id: str | None,
+        current: Lang,
+        request: gr.Request,
+    ) -> AsyncIterator[dict[Any, Any]]:
+        """The last question, edited, is asked instead of it; an earlier one is put back."""
+        chat = normalize(history)
+        if data.index != last_question(chat) or not isinstance(data.index, int):
+            gr.Warning(t("edit_last_only", current))
+            if isinstance(data.index, int) and data.index < len(chat):
+                chat[data.index]["content"] = str(data.previous_value)
+            yield {self.page.chat: chat}
+            return
+        edited = str(data.value)
+        async for update in self.again(edited, history, conversation_id, current, request):
+            yield update
+
+    async def again(
+        self,
+        text: str | None,
+        history: Messages | None,
+        conversation_id: str | None,
+        current: Lang,
+        request: gr.Request,
+    ) -> AsyncIterator[dict[Any, Any]]:
+        """Ask the chat's last question again (``text`` instead, when edited): the server
+        forgets its answered turn first; the turn's images stay and are seen again."""
+        chat = normalize(history)
+        index = last_question(chat)
+        if index is None or session_of(request) in self.controls.running:
+            gr.Warning(t("nothing_to_redo", current))
+            yield {}
+            return
+        if was_stored(chat, index):
+            await take_back(self.app, request, conversation_id)
+        message = {"text": question_text(chat, index) if text is None else text, "files": []}
+        views = answer(
+            self.app, message, chat[:index], conversation_id, current, request, self.controls
+        )
+        async for view in views:
+            yield self.page.of(view)
+
     def on_stop(self, request: gr.Request) -> None:
-        self.controls.request(str(request.session_hash), "stop")
+        self.controls.request(session_of(request), "stop")
 
     def on_new_chat(self, request: gr.Request) -> dict[Any, Any]:
-        if self.controls.request(str(request.session_hash), "reset"):
+        if self.controls.request(session_of(request), "reset"):
             return {}  # the running answer resets the page itself
         page = self.page
         return {
@@ -390,11 +419,14 @@ class Handlers:
     async def after_answer(
         self, current: Lang, conversation_id: str, request: gr.Request
     ) -> dict[Any, Any]:
+        listed = await self.listing(request, current, conversation_id)
+        if session_of(request) in self.controls.running:
+            return listed  # a refused submit: the answer that runs keeps Stop and the box
         return {
             self.page.question: idle_box(),
             self.page.stop: gr.update(visible=False),
             self.page.status: status_markdown(self.app, current),
-            **await self.listing(request, current, conversation_id),
+            **listed,
         }
 
 
@@ -414,9 +446,16 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
         page.answered,
         api_visibility="undocumented",
         concurrency_limit=None,
+        trigger_mode="multiple",  # a second submit while answering is refused, not dropped
     )
     after = [page.question, page.stop, page.status, *page.listed]
     submitted.then(on.after_answer, [page.lang, page.conversation], after, **private)
+    asked = [page.chat, page.conversation, page.lang]
+    for event, handler in ((page.chat.retry, on.on_retry), (page.chat.edit, on.on_edit)):
+        event(_show_stop, None, [page.stop], queue=False, **private)
+        event(handler, asked, page.answered, **free).then(
+            on.after_answer, [page.lang, page.conversation], after, **private
+        )
     page.stop.click(on.on_stop, None, None, **free)
     for control in (page.chat.clear, page.delete.click):  # the trash icon deletes it too
         control(on.on_delete, [page.conversation, page.chat, page.lang], page.shown, **free)
@@ -428,6 +467,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     page.rename.click(on.on_rename, renaming, page.listed, **private)
     page.title_box.submit(on.on_rename, renaming, page.listed, **private)
     blocks.load(None, None, None, js=counter_js(settings))  # the browser counts
+    blocks.load(None, None, None, js=a11y_js())  # names and alt texts, in the page's language
     loaded = [page.lang, *page.texts, page.chat, page.conversation, page.progress]
     blocks.load(on.on_load, [page.lang, page.conversation], loaded, **private)
     page.picker.input(
@@ -447,288 +487,30 @@ def merged(*updates: dict[Any, Any]) -> dict[Any, Any]:
     return out
 
 
-class Controls:
-    """Stop and New-conversation requests per browser session, read by the running answer.
-
-    The answer loop ends itself (closing the engine's iterator, which cancels the work)
-    and writes its own last update, so nothing races with a cancelled Gradio event."""
-
-    def __init__(self) -> None:
-        self.running: set[str] = set()
-        self.requested: dict[str, str] = {}  # session -> "stop" | "reset"
-
-    def request(self, session: str, what: str) -> bool:
-        """Ask the session's running answer to ``what``; False when none is running."""
-        if session not in self.running:
-            return False
-        self.requested[session] = what
-        return True
-
-    def begin(self, session: str) -> None:
-        self.running.add(session)
-        self.requested.pop(session, None)
-
-    def take(self, session: str) -> str | None:
-        return self.requested.pop(session, None)
-
-    def end(self, session: str) -> None:
-        self.running.discard(session)
-        self.requested.pop(session, None)
-
-
-async def answer(
-    app: FastAPI,
-    message: dict[str, Any] | None,
-    history: Messages | None,
-    conversation_id: str | None,
-    lang: Lang,
-    request: gr.Request,
-    controls: Controls | None = None,
-) -> AsyncIterator[ChatView]:
-    """The submit handler's updates after every event; the status line is re-read when a
-    stage changes, not on every token."""
-    controls = controls or Controls()
-    session = str(getattr(request, "session_hash", None) or id(request))
-    controls.begin(session)
-    try:
-        async for update in _answer(
-            app, message, history, conversation_id, lang, request, lambda: controls.take(session)
-        ):
-            yield update
-    finally:
-        controls.end(session)
-
-
-async def _answer(
-    app: FastAPI,
-    message: dict[str, Any] | None,
-    history: Messages | None,
-    conversation_id: str | None,
-    lang: Lang,
-    request: gr.Request,
-    control: Callable[[], str | None],
-) -> AsyncIterator[ChatView]:
-    text = str((message or {}).get("text") or "")
-    files = [_path_of(f) for f in (message or {}).get("files") or []]
-    chat = normalize(history)
-    shown = _image_count(chat)
-    chat += [image_message(f, shown + i + 1, lang) for i, f in enumerate(files)]
-    if text.strip():
-        chat.append({"role": "user", "content": escape_markdown_html(text)})
-    stage = {
-        "role": "assistant",
-        "content": "",
-        "metadata": {"title": t("working", lang), "status": "pending"},
-    }
-    reply: dict[str, Any] = {"role": "assistant", "content": ""}
-    chat += [stage, reply]
-    # locked while the answer runs; the Stop button below takes the Send button's place
-    locked = gr.update(value=None, interactive=False, submit_btn=False)
-    yield ChatView(chat, locked, progress_html(0.0), conversation_id, gr.update())
-    busy = gr.update()  # later updates leave the box as it is
-    attached = False
-    try:
-        principal = principal_from_gradio(request)
-        if (uploads := services_of(app).uploads) is not None:
-            await uploads.check(principal, files)  # another principal's upload: not found
-        conversation_id = conversation_id or await _new_conversation(app, principal)
-        ask = AskRequest(
-            tenant=principal.tenant,
-            user=principal.user,
-            question=text,
-            images=[Path(f).read_bytes() for f in files],
-            conversation_id=conversation_id,
-            lang=lang,
-        )
-        async with aclosing(ask_as(services_of(app), principal, ask)) as events:
-            async for event in events:
-                _apply(event, stage, reply, lang)
-                attached = attached or _attached(event)
-                if (wanted := control()) is not None:
-                    break  # leaving the block closes the iterator: the work is cancelled
-                if isinstance(event, Failed):
-                    break
-                status = gr.update() if isinstance(event, Token) else status_markdown(app, lang)
-                yield ChatView(chat, busy, progress_html(_progress(event)), conversation_id, status)
-            else:
-                return
-        if not isinstance(event, Failed):
-            if wanted == "reset":
-                blank = idle_box(value=None)
-                yield ChatView([], blank, progress_html(0.0), None, status_markdown(app, lang))
-                return
-            box = _kept_input(None, files, attached)
-            stopped = _stopped(chat, lang)
-            yield ChatView(
-                stopped, box, progress_html(0.0), conversation_id, status_markdown(app, lang)
-            )
-            return
-    except QwenUIError as exc:
-        _apply(Failed.of(exc, lang), stage, reply, lang)
-    chat, box = _after_failure(chat, text, files, attached)
-    yield ChatView(chat, box, progress_html(0.0), conversation_id, status_markdown(app, lang))
-
-
-async def _forget(
-    app: FastAPI, conversation_id: str | None, shown: Messages | None, request: gr.Request
-) -> None:
-    """Delete the principal's conversation, and let go of the uploads the chat showed."""
-    store = store_of(app)
-    if store is None or not conversation_id:
-        return
-    principal = principal_from_gradio(request)
-    await store.delete(principal.label, conversation_id)
-    services = maybe_services(app)
-    if services is not None and services.uploads is not None:
-        paths = [_path_of(m["content"]) for m in normalize(shown) if _is_image(m)]
-        await services.uploads.forget(principal, paths)
-
-
-async def _new_conversation(app: FastAPI, principal: Principal) -> str | None:
-    """A conversation stored before the first question, so that it keeps the images of a
-    turn that is stopped or fails; None when there is no engine (the ask fails typed)."""
-    store = store_of(app)
-    if store is None:
-        return None
-    conversation = await store.create(principal.tenant, principal.label)
-    return str(conversation.id)
-
-
-def _attached(event: Event) -> bool:
-    """Whether the conversation now holds the turn's new images: they are attached once
-    every one was decoded, i.e. at the first event after the decoding stages."""
-    if isinstance(event, Stage):
-        return event.stage != "decoding"
-    if isinstance(event, Failed):
-        return event.conversation_id is not None
-    return True
-
-
-def _kept_input(text: str | None, files: list[str], attached: bool) -> Any:
-    """The question box after a turn that did not answer: images the conversation did not
-    take go back into it (with the text, when the submit was refused)."""
-    back = [] if attached else files
-    if not text and not back:
-        return idle_box()  # whatever was typed meanwhile stays
-    return idle_box(value={"text": text or "", "files": back})
-
-
-def _after_failure(
-    chat: Messages, text: str, files: list[str], attached: bool
-) -> tuple[Messages, Any]:
-    """A refused or failed turn: the chat keeps the images only when the conversation
-    holds them; the question goes back into the box with any images not taken."""
-    if not attached and files:
-        chat = [m for m in chat if not _is_image(m) or _path_of(m["content"]) not in files]
-    return chat, _kept_input(text, files, attached)
-
-
-def idle_box(**value: Any) -> Any:
-    """The question box when no answer runs: usable, with its Send button."""
-    return gr.update(interactive=True, submit_btn=True, **value)
-
-
-def _is_image(message: dict[str, Any]) -> bool:
-    return message.get("role") == "user" and isinstance(message.get("content"), dict)
-
-
-def _image_count(chat: Messages) -> int:
-    return sum(1 for m in chat if _is_image(m))
-
-
-def _apply(event: Event, stage: dict[str, Any], reply: dict[str, Any], lang: Lang) -> str | None:
-    """Fold one engine event into the two assistant messages; the conversation id on done."""
-    meta = stage["metadata"]
-    if isinstance(event, Stage):
-        label = event.label(lang)
-        meta["title"] = label
-        stage["content"] += ("\n" if stage["content"] else "") + f"• {label}"
-    elif isinstance(event, Token):
-        reply["content"] += event.text
-    elif isinstance(event, Done):
-        meta["status"] = "done"
-        # one duration, in one format (Gradio's own "(0.5s)" beside it is not set)
-        key = "done_in_one" if event.completion_tokens == 1 else "done_in"
-        meta["title"] = t(key, lang).format(
-            seconds=f"{event.timings.get('total', 0.0):.1f}", tokens=event.completion_tokens
-        )
-        reply["content"] = event.answer
-        if event.images_seen == 0:
-            reply["content"] += f"\n\n*{t('no_image_used', lang)}*"
-        return event.conversation_id
-    elif isinstance(event, Failed):
-        meta["status"] = "done"
-        meta["title"] = t("failed", lang)
-        reply["content"] = f"⚠️ {event.message}"
-    return None
-
-
-def normalize(history: Messages | None) -> Messages:
-    """The Chatbot's value as it comes back from the browser (content as lists of typed
-    parts) in the simple form this module writes: one message per text or file part."""
-    out: Messages = []
-    for message in history or []:
-        content = message.get("content")
-        parts = content if isinstance(content, list) else [content]
-        for part in parts:
-            item: dict[str, Any] = {
-                "role": message.get("role", "assistant"),
-                "content": _part(part),
-            }
-            if message.get("metadata"):
-                item["metadata"] = dict(message["metadata"])
-            out.append(item)
-    return out
-
-
-def _part(part: Any) -> Any:
-    if isinstance(part, dict):
-        if part.get("type") == "text" or "text" in part:
-            return str(part.get("text", ""))
-        nested = part.get("file")
-        file: dict[str, Any] = nested if isinstance(nested, dict) else part
-        if file.get("path"):
-            found = {"path": str(file["path"])}
-            if alt := part.get("alt_text") or file.get("alt_text"):
-                found["alt_text"] = str(alt)
-            return found
-    return part if isinstance(part, str) else str(part or "")
-
-
-def _progress(event: Event) -> float:
-    return float(getattr(event, "progress", 0.0))
-
-
-def _stopped(history: Messages | None, lang: Lang) -> Messages:
-    """After Stop: the chat with any pending stage message closed."""
-    chat = normalize(history)
-    for message in chat:
-        meta = message.get("metadata") or {}
-        if meta.get("status") == "pending":
-            meta["status"] = "done"
-            meta["title"] = t("stopped", lang)
-    return chat
-
-
-def _path_of(item: Any) -> str:
-    if isinstance(item, dict):
-        return str(item.get("path"))
-    return str(getattr(item, "path", item))
-
-
-def _demo_examples(settings: Any, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
-    """One block of example prompts and images per language (the demo's own grammar);
-    the language switch shows the matching one."""
+def _examples_and_scope(settings: Settings, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
+    """One block per language, shown with the page in that language: the scope the model
+    declares (:mod:`qwen_ui.web.scope`) and, for the demo model, example prompts and
+    images from its grammar. Empty when the model has neither."""
+    scope = declared_scope(settings)
+    if scope is None and not settings.is_demo_model:
+        return {}
     blocks: dict[str, gr.Column] = {}
     for code in LANGS:
         with gr.Column(visible=code == "en", elem_id=f"qwen-examples-{code}") as column:
-            found = demo_examples(settings.home / "examples", code)
-            gr.Examples(
-                [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
-                inputs=[question],
-                label=t("examples", code),
-                examples_per_page=len(found),
-            )
+            if scope is not None:
+                gr.Markdown(
+                    f"**{t('scope', code)}:** {scope[code]}",
+                    elem_id=f"qwen-scope-{code}",
+                    elem_classes="qwen-scope",
+                )
+            if settings.is_demo_model:
+                found = demo_examples(settings.home / "examples", code)
+                gr.Examples(
+                    [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
+                    inputs=[question],
+                    label=t("examples", code),
+                    examples_per_page=len(found),
+                )
         blocks[code] = column
     return blocks
 

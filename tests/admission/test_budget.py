@@ -8,7 +8,7 @@ import torch
 from transformers import Qwen2_5_VLConfig
 
 from qwen_ui.admission.budget import graph_reserve, pool_reserve, request_budget
-from qwen_ui.admission.estimate import RequestShape, prefill_peak
+from qwen_ui.admission.estimate import eager_prefill
 from qwen_ui.engine.facts import model_shape, placement
 from qwen_ui.settings import Settings
 from tests.admission.test_estimate import QWEN25_7B
@@ -20,6 +20,9 @@ GiB = 1024 * MiB
 
 
 def settings(home: Path, **values: object) -> Settings:
+    """One request at a time (``max_batch=1``): the budget's own rules, without a batch's
+    idle slot cache (tests/admission/test_estimate.py covers that)."""
+    values = {"max_batch": 1, **values}
     return Settings(home=home, cpu_budget_bytes=512 * MiB, **values)  # type: ignore[arg-type]
 
 
@@ -53,10 +56,11 @@ def test_recorded_prefills_are_kept_out_of_the_budget(tmp_path: Path) -> None:
     reserve = graph_reserve(placement(on, CUDA), shape)
     staging = shape.kv_bytes_per_token * 4032
     assert shape.kv_bytes_per_token == 56 * 1024
-    assert reserve == staging + prefill_peak(RequestShape(text_tokens=4032), shape)
+    # the pool's transients, and as much again for the eager pass before each recording
+    assert reserve == staging + 2 * eager_prefill(4032, 0, shape)
     assert request_budget(on, placement(on, CUDA), 8 * GiB, 0, shape) == 32 * GiB - reserve
     assert request_budget(on, placement(on, CUDA), 8 * GiB, 0) == 32 * GiB  # shape unknown
-    off = settings(tmp_path, vram_budget=40 * GiB, decode_mode="auto")
+    off = settings(tmp_path, vram_budget=40 * GiB, decode_mode="auto", prefill_graph_rows=0)
     assert graph_reserve(placement(off, CUDA), shape) == 0
     assert graph_reserve(placement(on, CPU), shape) == 0  # never recorded on the CPU
     eager = settings(tmp_path, decode_mode="eager", prefill_graph_rows=4000)

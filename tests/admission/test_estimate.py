@@ -4,6 +4,7 @@ allocator's measured peak of real requests through the engine (tiny random model
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,17 @@ from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
 from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
-from qwen_ui.admission.estimate import DEQUANT_WORK, WORKSPACE_BYTES, RequestShape, estimate
+from qwen_ui.admission.estimate import (
+    DEQUANT_WORK,
+    DEQUANT_WORK_CUDA,
+    WORKSPACE_BYTES,
+    RequestShape,
+    batch_peak,
+    batch_total,
+    cache_positions,
+    estimate,
+    slot_count,
+)
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.awq import dequantize_for_kernel
 from qwen_ui.engine.awq_format import quantization_config
@@ -96,16 +107,21 @@ def test_static_caches_count_their_whole_length() -> None:
 
 def test_dequantizing_prefill_counts_the_largest_layer() -> None:
     awq = Qwen2_5_VLConfig(**QWEN25_7B, quantization_config=quantization_config())
-    plain = model_shape(awq, torch.bfloat16)
-    dequant = model_shape(awq, torch.bfloat16, dequant_rows=256)
+    plain = model_shape(awq, torch.bfloat16, "cpu")
+    dequant = model_shape(awq, torch.bfloat16, "cpu", dequant_rows=256)
     long, short = RequestShape([], 0, 1000, 1), RequestShape([], 0, 200, 1)
     extra = estimate(long, dequant).prefill - estimate(long, plain).prefill
     assert extra == 3584 * 18944 * DEQUANT_WORK * 2  # gate/up/down, bf16
     assert estimate(short, dequant).prefill == estimate(short, plain).prefill
-    fused = model_shape(awq, torch.bfloat16, dequant_rows=256, fused_projections=True)
-    fused_plain = model_shape(awq, torch.bfloat16, fused_projections=True)
+    fused = model_shape(awq, torch.bfloat16, "cpu", dequant_rows=256, fused_projections=True)
+    fused_plain = model_shape(awq, torch.bfloat16, "cpu", fused_projections=True)
     doubled = estimate(long, fused).prefill - estimate(long, fused_plain).prefill
     assert doubled == 2 * extra  # gate and up dequantized as one weight
+    # on CUDA the compiled dequantize leaves only the bf16 weight it writes
+    cuda = model_shape(awq, torch.bfloat16, "cuda", dequant_rows=256, fused_projections=True)
+    cuda_plain = model_shape(awq, torch.bfloat16, "cuda", fused_projections=True)
+    on_cuda = estimate(long, cuda).prefill - estimate(long, cuda_plain).prefill
+    assert on_cuda == 2 * 3584 * 18944 * DEQUANT_WORK_CUDA * 2
     bf16_model = Qwen2_5_VLConfig(**QWEN25_7B)  # not AWQ: the setting does nothing
     assert model_shape(bf16_model, torch.bfloat16, dequant_rows=256).dequant_rows == 0
 
@@ -176,6 +192,60 @@ def test_eager_attention_adds_score_matrices() -> None:
     assert extra == 16 * n * n * (2 * 2 + 4)  # full-attention blocks: heads × n × n
 
 
+def _defaults_7b(graph_rows: int = 4096) -> Any:
+    """The 7B AWQ shape as the engine serves it on CUDA by default: static caches of
+    256-position steps, fused projections, dequantized long prefills, recorded prefills."""
+    awq = Qwen2_5_VLConfig(**QWEN25_7B, quantization_config=quantization_config())
+    return model_shape(awq, torch.bfloat16, "cuda", 256, 256, True, graph_rows)
+
+
+def test_static_cache_is_allocated_whole_before_the_prefill() -> None:
+    shape = _defaults_7b(graph_rows=0)
+    request = RequestShape([], 0, 300, 400)  # 700 positions: a 768-position cache
+    assert cache_positions(request, shape) == 768
+    grown = replace(shape, cache_bucket=0)
+    assert cache_positions(request, grown) == 700
+    static, dynamic = estimate(request, shape).prefill, estimate(request, grown).prefill
+    assert static - dynamic == (768 - 300) * 56 * 1024  # the rest of the cache's length
+
+
+def test_replayed_prefill_adds_only_its_inputs() -> None:
+    shape = _defaults_7b()
+    request = RequestShape([grid(28)], 784, 100, 512)  # 884 prompt tokens, replayed
+    kv = 56 * 1024 * cache_positions(request, shape)
+    replayed = estimate(request, shape).prefill
+    eager = estimate(request, replace(shape, graph_rows=0)).prefill
+    inputs = (2 * 884 + 2 * 784) * 3584 * 2  # embeddings, scattered copy, features x 2
+    assert kv + inputs < replayed < kv + inputs + 20 * 2**20  # + positions and logits
+    assert eager - replayed > 3584 * 2 * 18944 * 2  # the dequantized gate/up weight and more
+    longer = RequestShape([grid(72)] * 2, 2 * 5184, 100, 64)  # past 4096 rows: eager
+    assert estimate(longer, shape).prefill == estimate(longer, replace(shape, graph_rows=0)).prefill
+
+
+def test_batch_of_one_is_the_request() -> None:
+    shape = _defaults_7b()
+    for request in (
+        RequestShape([grid(28)], 784, 100, 512),
+        RequestShape([grid(72)] * 2, 2 * 5184, 100, 64),
+        RequestShape([], 0, 50, 2048),
+    ):
+        assert batch_total([request], shape) == estimate(request, shape).total
+
+
+def test_batch_holds_every_cache_and_one_newcomer() -> None:
+    shape = _defaults_7b()
+    one = RequestShape([grid(28)], 784, 100, 512)
+    kv = 56 * 1024 * cache_positions(one, shape)
+    single = estimate(one, shape)
+    for n in (2, 8, 32):
+        batch = batch_peak([one] * n, shape)
+        assert batch >= n * kv + (single.peak - kv)  # every cache, one newcomer's work
+        assert batch < n * single.peak  # the transients are not reserved n times
+    mixed = [one, RequestShape([grid(72)], 5184, 100, 64)]
+    assert batch_peak(mixed, shape) > batch_peak([one, one], shape)
+    assert batch_total([], shape) == 0
+
+
 # --- measured on the CPU ---------------------------------------------------------------
 
 
@@ -228,3 +298,51 @@ async def test_estimate_covers_the_measured_peak(
             assert measured <= total <= 1.3 * measured + WORKSPACE_BYTES, (i, measured, total)
     finally:
         await w.engine.close()
+
+
+def _batching_7b(limit: int = 8, graphs: bool = True) -> Any:
+    """The 7B AWQ shape with continuous batching (``max_batch``)."""
+    return replace(_defaults_7b(graph_rows=0), batch_limit=limit, batch_graphs=graphs)
+
+
+def test_slot_counts_follow_the_batch() -> None:
+    graphed, eager = _batching_7b(8, True), _batching_7b(8, False)
+    assert [slot_count(n, graphed) for n in (1, 2, 5, 8)] == [8, 8, 8, 8]
+    assert [slot_count(n, eager) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+
+
+def test_a_batched_request_holds_every_slot_at_its_length() -> None:
+    shape = _batching_7b()
+    request = RequestShape([grid(28)], 784, 100, 512)  # 1,396 positions: 1,536 per slot
+    one = estimate(request, shape)
+    assert one.parts["kv_cache"] == 8 * 1536 * 56 * 1024  # all eight slots, from the start
+    assert one.decode > one.parts["kv_cache"] and one.prefill > 884 * 56 * 1024
+    assert batch_total([request], shape) == one.total
+    alone = estimate(request, _defaults_7b(graph_rows=0))
+    assert one.total > alone.total  # the seven idle slots are memory too
+
+
+def test_a_batch_grows_with_its_longest_sequence_and_joint_prefill() -> None:
+    shape = _batching_7b()
+    short = RequestShape([grid(28)], 784, 100, 512)
+    long = RequestShape([grid(28)], 784, 100, 4096)
+    assert batch_peak([short, long], shape) > batch_peak([short, short], shape)
+    assert batch_peak([short] * 8, shape) > batch_peak([short] * 2, shape)  # joint prefill
+    # eight sequences share the slots a lone one already holds: less than 8 lone ones,
+    # although eight prompts prefilled together hold eight prompts' activations
+    assert batch_peak([short] * 8, shape) < 4 * estimate(short, shape).peak
+
+
+def test_batching_placement_and_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qwen_ui.admission.budget import graph_reserve, pool_reserve
+    from qwen_ui.engine import facts
+    from qwen_ui.settings import Settings
+
+    settings = Settings(home=tmp_path)
+    monkeypatch.setattr(facts, "batch_limit", lambda _settings: 8)
+    where = facts.placement(settings, torch.device("cuda"))
+    assert (where.batch_limit, where.batch_graphs, where.static_decode) == (8, True, False)
+    assert where.graph_rows == 0 and graph_reserve(where, _defaults_7b()) == 0
+    assert pool_reserve(settings, where) == settings.static_cache_pool_bytes  # idle slots
+    cpu = facts.placement(settings, torch.device("cpu"))
+    assert (cpu.batch_limit, cpu.batch_graphs) == (8, False)

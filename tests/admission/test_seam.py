@@ -77,7 +77,7 @@ async def test_second_request_waits_in_line_with_an_estimated_wait(wired: Wired)
     assert all(isinstance(r[-1], Done) for r in results)
     queued = [s for r in results for s in stages(r, "queued")]
     assert len(queued) == 1 and queued[0].ahead == 0 and queued[0].wait_s > 0
-    assert "Waiting in line: 0 ahead (about" in queued[0].label("en")
+    assert "Waiting in line: position 1, about" in queued[0].label("en")
     assert wired.controller.in_use == 0 and wired.controller.max_in_use <= sized.estimate.total
 
 

@@ -304,7 +304,7 @@ def prefill_logits(
 # --- a forced answer ----------------------------------------------------------------------
 def force_answer(monkeypatch: pytest.MonkeyPatch, engine: Engine, text: str) -> None:
     """Make the model 'say' ``text`` (the tiny models are random): its tokens go through
-    the engine's own detokenizing and events."""
+    the engine's own detokenizing and events (on the single-request path)."""
 
     def fake_run(
         generation: Generation,
@@ -319,3 +319,4 @@ def force_answer(monkeypatch: pytest.MonkeyPatch, engine: Engine, text: str) -> 
         return Outcome(tokens, "stop")
 
     monkeypatch.setattr(engine_module, "run", fake_run)
+    monkeypatch.setattr(engine, "batch", None)  # the single-request loop, which calls ``run``

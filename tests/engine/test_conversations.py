@@ -34,6 +34,30 @@ async def test_attached_images_wait_for_the_next_answered_turn(state: State) -> 
     assert again.images == ["s1", "s2", "s3", "s4"]
 
 
+async def test_dropping_the_last_turn_keeps_its_images_pending(state: State) -> None:
+    store = ConversationStore(state, ttl_s=120)
+    conv = await store.create("acme", ALICE)
+    await store.append(conv, StoredTurn("q1", "a1", ["s1"]), {"s1": b"1"})
+    await store.attach(conv, {"s2": b"2", "s3": b"3"})
+    await store.append(conv, StoredTurn("q2", "a2", []), {})
+    await store.attach(conv, {"s4": b"4"})  # attached after q2, not yet asked about
+    dropped = await store.drop_last_turn(conv)
+    assert dropped == StoredTurn("q2", "a2", ["s2", "s3"])
+    loaded = await store.get(ALICE, conv.id)
+    assert [t.question for t in loaded.turns] == ["q1"]
+    assert loaded.pending == ["s2", "s3", "s4"]  # numbered as before: images 2, 3, 4
+    assert loaded.images == ["s1", "s2", "s3", "s4"]
+    assert await store.image("acme", "s3") == b"3"
+    await store.append(loaded, StoredTurn("q2 again", "a2'", []), {})  # asked again
+    again = await store.get(ALICE, conv.id)
+    assert again.turns[1] == StoredTurn("q2 again", "a2'", ["s2", "s3", "s4"])
+    assert await store.drop_last_turn(again) is not None
+    assert await store.drop_last_turn(again) is not None
+    assert await store.drop_last_turn(again) is None  # nothing left to take back
+    emptied = await store.get(ALICE, conv.id)
+    assert emptied.turns == [] and emptied.images == ["s1", "s2", "s3", "s4"]
+
+
 async def test_another_user_of_the_tenant_finds_nothing(state: State) -> None:
     store = ConversationStore(state, ttl_s=120)
     conv = await store.create("acme", ALICE)

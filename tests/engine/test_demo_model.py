@@ -4,6 +4,7 @@ about an earlier turn's image. Skips, saying so, until the weights are in the pa
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,34 @@ async def test_follow_ups_about_an_earlier_image_are_right(engine: Engine, revis
         if later.answer.strip() != str(len(first.scenes[0].shapes)):
             wrong.append((first.lang, first.seed, later.answer))
     assert len(wrong) <= 1, wrong  # at least 90 % right (11 of 12)
+
+
+async def test_a_batch_answers_each_question_as_it_is_answered_alone(
+    engine: Engine, demo_store: ModelStore, revision: str, tmp_path: Path
+) -> None:
+    """Continuous batching (the default ``max_batch``; questions asked together, joining
+    and leaving the batch as others end) changes no token of any answer."""
+    assert engine.batch is not None
+    samples = scenes.held_out(N_HELD_OUT, seed=7)
+    settings = Settings(
+        home=tmp_path / "alone",
+        model_revision=revision,
+        device="cpu",
+        max_new_tokens=24,
+        max_batch=1,
+    )
+    single = Engine(settings, demo_store, MemoryState())
+    single.start()
+    try:
+        alone = [
+            await answer(single, AskRequest("demo", s.question, s.png_bytes())) for s in samples
+        ]
+    finally:
+        await single.close()
+    together = await asyncio.gather(
+        *(answer(engine, AskRequest("demo", s.question, s.png_bytes())) for s in samples)
+    )
+    assert [d.answer for d in together] == [d.answer for d in alone]
 
 
 @pytest.fixture(scope="module")

@@ -58,3 +58,45 @@ def test_decode_loop_matches_generate(loaded: Loaded, tmp_path: Path) -> None:
     out = loaded.language.model.generate(**inputs, max_new_tokens=16, do_sample=False)
     theirs = [int(t) for t in out[0, prompt.length :] if int(t) not in loaded.language.stop_ids]
     assert ours == theirs and len(ours) > 0
+
+
+def test_a_batch_decodes_each_prompt_as_it_is_decoded_alone(loaded: Loaded) -> None:
+    """Continuous batching with the other families: Qwen3-VL's prompts with images are
+    prefilled alone (deepstack), its text-only one and Qwen2-VL's together; the images are
+    encoded in one call where the tower allows."""
+    from qwen_ui.engine.batching import Batch, Sequence
+    from qwen_ui.engine.generate import Outcome
+
+    images = [Image.new("RGB", (100, 70), (250, 0, 0)), Image.effect_noise((64, 96), 40)]
+    embeddings = loaded.vision.encode_many([i.convert("RGB") for i in images])
+    asks = [
+        ([Turn("What shape is in the picture?", 2)], embeddings),
+        ([Turn("Describe the image.", 1)], embeddings[1:]),
+        ([Turn("How many squares are there?", 0)], []),
+    ]
+    prompts = [loaded.language.build_prompt(t, e) for t, e in asks]
+    stops = frozenset(loaded.language.stop_ids)
+    ends: dict[int, Outcome] = {}
+
+    def sequence(i: int) -> Sequence:
+        return Sequence(
+            prompts[i],
+            SamplingOptions(12),
+            stops,
+            lambda _t: None,
+            lambda outcome: ends.__setitem__(i, outcome),
+            lambda error: pytest.fail(repr(error)),
+            lambda: False,
+        )
+
+    model = loaded.language.model
+    batch: Batch[int] = Batch(4, lambda ids: [sequence(i) for i in ids], lambda: model)  # type: ignore[type-var]
+    for i in range(len(prompts)):
+        batch.enter(i)
+    while batch.busy:
+        batch.step()
+    for i, prompt in enumerate(prompts):
+        tokens: list[int] = []
+        generation = Generation(model, prompt, SamplingOptions(12))
+        run(generation, loaded.language.stop_ids, tokens.append, lambda: False)
+        assert ends[i].tokens == tokens, i

@@ -103,9 +103,13 @@ def test_cache_lengths_come_in_buckets() -> None:
 async def test_engine_answers_alike_in_both_decode_modes(
     tmp_path: Path, tiny_store: ModelStore
 ) -> None:
+    """The single-request loop (``max_batch=1``, where the decode mode applies) in both
+    modes, and the continuous batch, answer alike."""
     answers: list[list[Token]] = []
-    for mode in ("eager", "static"):
-        settings = tiny_settings(tmp_path / mode, decode_mode=mode, max_new_tokens=12)
+    for mode, batch in (("eager", 1), ("static", 1), ("eager", 8)):
+        settings = tiny_settings(
+            tmp_path / f"{mode}{batch}", decode_mode=mode, max_new_tokens=12, max_batch=batch
+        )
         engine = Engine(settings, tiny_store, MemoryState(), EngineStatus())
         engine.start()
         try:
@@ -115,5 +119,5 @@ async def test_engine_answers_alike_in_both_decode_modes(
             )
         finally:
             await engine.close()
-    assert [t.text for t in answers[0]] == [t.text for t in answers[1]]
-    assert len(answers[0]) > 0
+    texts = [[t.text for t in tokens] for tokens in answers]
+    assert texts[0] == texts[1] == texts[2] and len(texts[0]) > 0

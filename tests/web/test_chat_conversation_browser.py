@@ -72,7 +72,8 @@ def settled(page: Page) -> None:
     submits again."""
     page.wait_for_function(
         "() => document.querySelectorAll('#qwen-history label').length > 0"
-        " && !document.querySelector('#qwen-question textarea').disabled",
+        " && document.querySelector('#qwen-question button.submit-button')"
+        " && !document.querySelector('#qwen-stop')",
         timeout=30_000,
     )
 
@@ -142,7 +143,7 @@ def test_trash_clears_the_server_conversation(page: Page, tmp_path: Path) -> Non
     send(page, "Which image is red?")
     wait_text(page, "Answering")
     stop(page, 0)
-    page.click("#qwen-chat button[aria-label='Clear']")
+    page.click("#qwen-chat [data-qwen-label=label_clear]")  # named by static/a11y.js
     page.wait_for_function(
         "!document.querySelector('#qwen-chat').innerText.includes('Which image')",
         timeout=10_000,

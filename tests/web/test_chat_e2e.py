@@ -87,11 +87,13 @@ def follow(job: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
     titles: list[str] = []
     answers: list[str] = []
     for update in job:
-        stage, reply = update[0][-2], update[0][-1]
+        chat = update[0]
+        stage = next(m for m in reversed(chat) if m.get("metadata"))
         title = stage["metadata"]["title"]
         if not titles or titles[-1] != title:
             titles.append(title)
-        answers.append(text_of(reply))
+        # the answer's message joins the chat with its first text
+        answers.append("" if chat[-1] is stage else text_of(chat[-1]))
     return titles, answers, job.outputs()[-1][0]
 
 

@@ -54,7 +54,7 @@ def history_labels(page: Page) -> list[str]:
 
 
 def open_sidebar(page: Page) -> None:
-    page.click("button[aria-label='Toggle Sidebar']")
+    page.click(".toggle-button")
     page.wait_for_function(
         "() => document.querySelector('#qwen-rename').getBoundingClientRect().left >= 0",
         timeout=10_000,
@@ -87,7 +87,8 @@ def test_reload_restores_the_conversation_and_the_language(
         wait_text(page, "正在编码图片 2/2")
         page.wait_for_function(
             "() => (document.querySelector('#qwen-chat').innerText.match(/完成/g) || [])"
-            ".length === 1 && !document.querySelector('#qwen-question textarea').disabled",
+            ".length === 1 && document.querySelector('#qwen-question button.submit-button')"
+            " && !document.querySelector('#qwen-stop')",
             timeout=60_000,
         )  # the answer ended (the page shows no stage log after a reload)
         page.fill("#qwen-title textarea, #qwen-title input", "Red or blue")

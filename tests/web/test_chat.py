@@ -1,5 +1,5 @@
 """The chat handler of the Gradio page, driven directly (no browser): stage message,
-streamed answer, conversation id, errors, stop."""
+streamed answer, conversation id, errors, stop, the place in line, asking again."""
 
 from __future__ import annotations
 
@@ -16,7 +16,18 @@ from fastapi.testclient import TestClient
 from qwen_ui.server import create_app
 from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
-from qwen_ui.web.ui import ChatView, _stopped, answer, progress_html
+from qwen_ui.web.chat import (
+    ANSWERED,
+    ChatView,
+    Exchange,
+    _stopped,
+    answer,
+    last_question,
+    progress_html,
+    question_text,
+    take_back,
+    was_stored,
+)
 from tests.engine.conftest import TINY_ID, png, tiny_settings
 from tests.engine.support import build_tiny_model
 from tests.support.auth import add_tenants, local_tenant
@@ -60,6 +71,17 @@ async def run(
     return [copy.deepcopy(u) async for u in updates]
 
 
+def stage_of(chat: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(m for m in reversed(chat) if m.get("metadata"))
+
+
+def reply_of(chat: list[dict[str, Any]]) -> str:
+    """The answer's text: the last message when it is an assistant's without metadata."""
+    last = chat[-1] if chat else {}
+    plain = last.get("role") == "assistant" and not last.get("metadata")
+    return str(last["content"]) if plain else ""
+
+
 async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_path: Path) -> None:
     files = image_files(tmp_path, 2)
     updates = await run(chat_app, {"text": "What shape?", "files": files})
@@ -77,11 +99,12 @@ async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_pat
     assert "• Decoding image 1/2" in stage["content"]
     assert "• Encoding image 2/2" in stage["content"] and "• Answering" in stage["content"]
     assert conversation
-    titles = [u.chat[-2]["metadata"]["title"] for u in updates]
+    titles = [stage_of(u.chat)["metadata"]["title"] for u in updates]
     assert "Loading the model" in titles and "Answering" in titles
-    pending = [u.chat[-2]["metadata"]["status"] for u in updates[:-1]]
+    pending = [stage_of(u.chat)["metadata"]["status"] for u in updates[:-1]]
     assert set(pending) == {"pending"}
-    texts = [u.chat[-1]["content"] for u in updates]
+    texts = [reply_of(u.chat) for u in updates]
+    assert texts[0] == ""  # no empty answer bubble before the first text
     assert len({t for t in texts if t}) > 1  # the answer grew token by token
     assert texts[-1] == reply["content"]
     assert 'aria-valuenow="100"' in updates[-1].progress
@@ -136,12 +159,14 @@ async def test_user_text_is_not_rendered_as_html(chat_app: FastAPI) -> None:
 
 def test_done_title_says_one_token_and_one_duration() -> None:
     from qwen_ui.engine.events import Done
-    from qwen_ui.web.ui import _apply
+    from qwen_ui.web.chat import _apply
 
     stage: dict[str, Any] = {"content": "", "metadata": {"title": "", "status": "pending"}}
     reply: dict[str, Any] = {"content": ""}
     done = Done("yes", "c1", 10, 1, 1, 0, "stop", {"total": 0.5}, images_seen=1)
     _apply(done, stage, reply, "en")
+    answered = stage["metadata"].pop("id")  # marks the turn as stored (for regenerate)
+    assert answered.startswith(ANSWERED)
     assert stage["metadata"] == {"title": "Done in 0.5 s · 1 token", "status": "done"}
     _apply(done, stage, reply, "zh")
     assert "词元" not in stage["metadata"]["title"] and "1 个字词" in stage["metadata"]["title"]
@@ -165,7 +190,7 @@ def test_progress_bar_is_clamped() -> None:
 
 
 def test_history_from_the_browser_is_normalised() -> None:
-    from qwen_ui.web.ui import normalize
+    from qwen_ui.web.chat import normalize
 
     browser = [
         {
@@ -197,7 +222,7 @@ def test_history_from_the_browser_is_normalised() -> None:
 
 
 async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[ChatView]:
-    from qwen_ui.web.ui import Controls
+    from qwen_ui.web.chat import Controls
 
     controls = Controls()
     user = SimpleNamespace(username="demo/demo", session_hash="s1")
@@ -205,7 +230,7 @@ async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[Cha
     updates = []
     async for update in answer(app, message, [], None, "en", user, controls):  # type: ignore[arg-type]
         updates.append(copy.deepcopy(update))
-        if isinstance(update.chat, list) and update.chat and update.chat[-1]["content"]:
+        if isinstance(update.chat, list) and reply_of(update.chat):
             controls.request("s1", what)  # the answer is streaming: press the button
     assert controls.running == set() and controls.requested == {}
     return updates
@@ -225,3 +250,56 @@ async def test_stop_ends_the_answer_and_cancels_the_work(chat_app: FastAPI, tmp_
 async def test_new_conversation_while_answering_resets(chat_app: FastAPI, tmp_path: Path) -> None:
     updates = await stop_after_tokens(chat_app, tmp_path, "reset")
     assert updates[-1].chat == [] and updates[-1].conversation is None
+
+
+def test_places_in_line_replace_each_other_in_the_stage_log(chat_app: FastAPI) -> None:
+    from qwen_ui.engine.events import Stage
+
+    exchange = Exchange.start(chat_app, {"text": "How many?", "files": []}, [], None, "en")
+    exchange.apply(Stage("queued", ahead=2, wait_s=9.6))
+    assert exchange.stage["metadata"]["title"] == "Waiting in line: position 3, about 10 s"
+    exchange.apply(Stage("queued", ahead=0, wait_s=4.2))
+    exchange.apply(Stage.at("encoding", 1, 1))
+    assert exchange.stage["content"].split("\n") == [
+        "• Waiting in line: position 1, about 4 s",
+        "• Encoding image 1/1",
+    ]
+    zh = Exchange.start(chat_app, {"text": "几个？", "files": []}, [], None, "zh")
+    zh.apply(Stage("queued", ahead=1, wait_s=3))
+    assert zh.stage["metadata"]["title"] == "排队中：第 2 位，约 3 秒"
+
+
+def test_the_last_question_and_whether_the_server_stored_it() -> None:
+    image = {"role": "user", "content": {"path": "/tmp/a.png"}}
+    question = {"role": "user", "content": "a &lt;b&gt; &amp; c?"}
+    done = {"role": "assistant", "content": "", "metadata": {"title": "Done", "id": ANSWERED}}
+    stopped = {"role": "assistant", "content": "", "metadata": {"title": "Stopped"}}
+    reply = {"role": "assistant", "content": "two"}
+    assert last_question([image, question, done, reply]) == 1
+    assert question_text([image, question], 1) == "a <b> & c?"  # as it was typed
+    assert last_question([question, done, reply, image]) is None  # images only since
+    assert was_stored([image, question, done, reply], 1)
+    assert not was_stored([image, question, stopped, reply], 1)
+    assert was_stored([image, question, reply], 1)  # drawn from the server: stored turns
+
+
+async def test_regenerate_takes_the_turn_back_and_answers_it_again(
+    chat_app: FastAPI, tmp_path: Path
+) -> None:
+    files = image_files(tmp_path, 2)
+    first = (await run(chat_app, {"text": "Which is blue?", "files": files}))[-1]
+    chat, conversation = first.chat, first.conversation
+    index = last_question(chat)
+    assert index is not None and was_stored(chat, index)
+    await take_back(chat_app, USER, conversation)  # type: ignore[arg-type]
+    store = services_of(chat_app).engine.conversations
+    held = await store.get("demo/demo", conversation)
+    assert held.turns == [] and len(held.pending) == 2  # the images stay, pending again
+    again = await run(
+        chat_app, {"text": question_text(chat, index), "files": []}, chat[:index], conversation
+    )
+    chat2 = again[-1].chat
+    assert [m["content"] for m in chat2[: index + 1]] == [m["content"] for m in chat[: index + 1]]
+    assert "• Encoding image 2/2 (cached)" in chat2[-2]["content"]  # the same images, seen
+    held = await store.get("demo/demo", conversation)
+    assert [t.question for t in held.turns] == ["Which is blue?"] and len(held.turns[0].images) == 2

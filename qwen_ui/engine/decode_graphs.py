@@ -1,0 +1,122 @@
+"""The batch's decode step replayed from CUDA graphs, one per batch-size bucket.
+
+An eager decode step is launched by the host kernel by kernel, and on a 7B model the host
+is slower than the device (37 tok/s eager against 328 compiled for one stream on the
+H200). A graph is one launch. :class:`DecodeGraphs` records the model's forward over the
+first ``b`` slots of the :class:`~qwen_ui.engine.slots.SlotCache` for each bucket ``b``
+of :data:`~qwen_ui.engine.slots.SLOT_BUCKETS` the batch reaches (the first step at that
+size records it: one eager pass, then the capture), reading the step's tokens and
+positions from fixed buffers and attending over the cache's whole length under the
+step's mask. Rows past the running sequences are padding: token 0 at position 0 of a
+free slot, which the next newcomer's prefill overwrites. The graphs share one memory
+pool; when the cache grows (new tensors), they are recorded again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from qwen_ui.engine.slots import SlotCache, slot_bucket, step_mask
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    ids: torch.Tensor  # [b, 1]
+    positions: torch.Tensor  # [b]: where each row's new key and value go
+    rope: torch.Tensor  # [b]: each row's rope position
+    replay: Callable[[], torch.Tensor]  # the logits [b, 1, vocab]
+
+
+class DecodeGraphs:
+    """Recorded decode steps of ``model`` over ``cache``, by bucket (``record=False``
+    runs the same fixed-buffer pass eagerly: the CPU tests' path)."""
+
+    def __init__(self, model: Any, cache: SlotCache, record: bool | None = None) -> None:
+        self.model = model
+        self.cache = cache
+        self.record = model.device.type == "cuda" if record is None else record
+        self._pool: Any = None
+        self._steps: dict[int, Recorded] = {}
+        self._tensors: int | None = None  # the cache tensors the graphs were recorded on
+
+    @property
+    def buckets(self) -> list[int]:
+        return sorted(self._steps)
+
+    def logits(self, ids: list[int], positions: list[int], rope: list[int]) -> torch.Tensor:
+        """The next-token logits ``[n, vocab]`` of ``n`` running sequences (slots
+        ``0 .. n - 1``), their keys and values written into the cache."""
+        n = len(ids)
+        if self._tensors != id(self.cache.keys[0]):
+            self._steps.clear()
+            self._tensors = id(self.cache.keys[0])
+        bucket = slot_bucket(n, self.cache.slots)
+        pad = [0] * (bucket - n)
+        fresh = bucket not in self._steps
+        step = self._steps[bucket] if not fresh else self._buffers(bucket)
+        device = step.ids.device
+        step.ids.copy_(torch.tensor([*ids, *pad], device=device).view(-1, 1))
+        step.positions.copy_(torch.tensor([*positions, *pad], device=device))
+        step.rope.copy_(torch.tensor([*rope, *pad], device=device))
+        if fresh:
+            step = self._steps[bucket] = self._recorded(step, bucket)
+            log.info("decode graph recorded for %d rows", bucket)
+        return step.replay()[:n, -1, :]
+
+    def _buffers(self, rows: int) -> Recorded:
+        device = self.cache.keys[0].device
+        ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        positions = torch.zeros(rows, dtype=torch.long, device=device)
+        rope = torch.zeros(rows, dtype=torch.long, device=device)
+        return Recorded(ids, positions, rope, lambda: torch.empty(0))
+
+    def _forward(self, step: Recorded) -> torch.Tensor:
+        kv_len = self.cache.length
+        rows = step.ids.shape[0]
+        out = self.model(
+            input_ids=step.ids,
+            position_ids=step.rope.view(1, rows, 1).expand(3, rows, 1),
+            cache=self.cache.step_cache(step.positions, kv_len),
+            attention_mask=step_mask(step.positions, kv_len),
+            use_cache=True,
+        )
+        return out.logits  # type: ignore[no-any-return]
+
+    def _recorded(self, step: Recorded, rows: int) -> Recorded:
+        """``step`` with its replay: the graph, or the eager pass where recording is off
+        or fails (then for good: the log says why, once)."""
+        if self.record:
+            try:
+                return self._capture(step)
+            except Exception:
+                log.exception("recording the decode graph for %d rows failed; eager", rows)
+                self.record = False
+        return Recorded(step.ids, step.positions, step.rope, lambda: self._forward(step))
+
+    def _capture(self, step: Recorded) -> Recorded:
+        """The first graph gets a private memory pool, which the later ones share (a
+        pool from ``torch.cuda.graph_pool_handle()`` failed an allocator assertion at
+        the first capture on the H200 with torch 2.11)."""
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # allocates and warms up outside the capture
+            self._forward(step)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            logits = self._forward(step)
+        if self._pool is None:
+            self._pool = graph.pool()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return logits
+
+        return Recorded(step.ids, step.positions, step.rope, replay)

@@ -1,0 +1,165 @@
+"""The batched KV cache of continuous batching: one static tensor per layer for keys and
+one for values, ``[slots, kv heads, length, head dim]``, a sequence per slot.
+
+The running sequences occupy slots ``0 .. n - 1`` (a sequence that leaves hands its slot
+to the last one, whose keys and values move into it), so a decode step over the batch
+reads the first ``n`` slots: one forward call with each row writing its new key and value
+at its own position (:class:`SlotLayer`) and attending to its own valid length (the mask
+from :meth:`SlotCache.step_mask`). A prefill runs on its own cache and is copied into the
+sequence's slot. The tensors grow (in slots and in length, by buckets) when a newcomer
+needs more than they hold, keeping the running sequences' keys and values; nothing here
+belongs to the shared model object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from qwen_ui.engine.generate import cache_length
+
+SLOT_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def slot_bucket(rows: int, limit: int) -> int:
+    """The smallest slot bucket that holds ``rows`` (at most ``limit``)."""
+    for size in SLOT_BUCKETS:
+        if size >= rows:
+            return min(size, max(limit, rows))
+    return max(rows, limit)
+
+
+class StepView:
+    """What one decode step writes and reads: the first ``rows`` slots, each writing at
+    its own ``positions[row]``, and the first ``kv_len`` positions of each slot."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.kv_len = 0
+        self.index: torch.Tensor | None = None  # [rows, heads, 1, dim]: the write positions
+
+
+class SlotLayer(CacheLayerMixin):  # type: ignore[misc]
+    """One decoder layer's keys and values in the batched cache, for a decode step."""
+
+    is_compileable = True
+    is_sliding = False
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, view: StepView) -> None:
+        super().__init__()
+        self.keys = keys
+        self.values = values
+        self.view = view
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        return None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        view = self.view
+        assert view.index is not None and self.keys is not None and self.values is not None
+        keys = self.keys[: view.rows]
+        values = self.values[: view.rows]
+        keys.scatter_(2, view.index, key_states)
+        values.scatter_(2, view.index, value_states)
+        return keys[:, :, : view.kv_len], values[:, :, : view.kv_len]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.view.kv_len, 0
+
+    def get_seq_length(self) -> int:
+        return self.view.kv_len
+
+    def get_max_length(self) -> int:
+        assert self.keys is not None
+        return int(self.keys.shape[-2])
+
+
+class SlotCache:
+    """The batch's keys and values by slot, allocated on the first prefill and grown by
+    buckets; ``limit`` is the most slots it may hold (settings.max_batch)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.view = StepView()
+
+    @property
+    def slots(self) -> int:
+        return int(self.keys[0].shape[0]) if self.keys else 0
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def clear(self) -> None:
+        self.keys, self.values = [], []
+
+    def ensure(self, rows: int, needed: int, like: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Room for ``rows`` sequences of up to ``needed`` positions; ``like``: one layer's
+        (keys, values) per layer of a prefill, which give heads, dims, dtype and device."""
+        slots = max(self.slots, slot_bucket(rows, self.limit))
+        length = max(self.length, cache_length(needed))
+        if slots == self.slots and length == self.length:
+            return
+        keys, values = [], []
+        for i, (k, v) in enumerate(like):
+            keys.append(_zeros(k, slots, length))
+            values.append(_zeros(v, slots, length))
+            if self.keys:  # the running sequences keep their keys and values
+                keys[i][: self.slots, :, : self.length].copy_(self.keys[i])
+                values[i][: self.slots, :, : self.length].copy_(self.values[i])
+        self.keys, self.values = keys, values
+
+    def write(
+        self, slot: int, layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, n: int
+    ) -> None:
+        """Positions ``0 .. n - 1`` of row ``row`` of a prefill's cache into ``slot``."""
+        targets: list[torch.Tensor] = []
+        sources: list[torch.Tensor] = []
+        for i, (k, v) in enumerate(layers):
+            targets += [self.keys[i][slot, :, :n], self.values[i][slot, :, :n]]
+            sources += [k[row, :, :n], v[row, :, :n]]
+        torch._foreach_copy_(targets, sources)
+
+    def move(self, source: int, target: int, n: int) -> None:
+        """Slot ``source``'s first ``n`` positions into slot ``target``."""
+        targets: list[torch.Tensor] = []
+        sources: list[torch.Tensor] = []
+        for tensors in (self.keys, self.values):
+            for t in tensors:
+                targets.append(t[target, :, :n])
+                sources.append(t[source, :, :n])
+        torch._foreach_copy_(targets, sources)
+
+    def step_cache(self, positions: torch.Tensor, kv_len: int) -> Cache:
+        """The cache of a decode step over the first ``len(positions)`` slots, the row ``r``
+        writing at ``positions[r]`` and reading positions ``0 .. kv_len - 1``."""
+        rows = int(positions.shape[0])
+        view = self.view
+        view.rows, view.kv_len = rows, kv_len
+        heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
+        view.index = positions.view(rows, 1, 1, 1).expand(rows, heads, 1, dim)
+        layers = [SlotLayer(k, v, view) for k, v in zip(self.keys, self.values, strict=True)]
+        return Cache(layers=layers)
+
+
+def step_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """``[rows, 1, 1, kv_len]``, true where row ``r`` may attend: positions up to and
+    including ``positions[r]`` (the one its new token is written at)."""
+    span = torch.arange(kv_len, device=positions.device)
+    return (span.view(1, -1) <= positions.view(-1, 1)).view(-1, 1, 1, kv_len)
+
+
+def _zeros(like: torch.Tensor, slots: int, length: int) -> torch.Tensor:
+    shape = (slots, like.shape[1], length, like.shape[3])
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)

@@ -1,0 +1,84 @@
+"""``bench/bench_concurrency.py`` runs end to end on the CPU with the tiny architecture and
+reports every figure for the engine (users together and as a Poisson stream) and the
+stock batched ``generate``; its timings are not checked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load_bench() -> ModuleType:
+    """The script as a module (registered: its dataclasses need ``sys.modules``)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(
+        "bench_concurrency", BENCH / "bench_concurrency.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_concurrency"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_cpu_run_reports_every_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "--arch", "tiny", "--device", "cpu", "--users", "1,3", "--poisson-users", "2",
+        "--rate", "50", "--new-tokens", "4", "--size", "224x224", "--workdir", str(tmp_path),
+    ]  # fmt: skip
+    assert load_bench().main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is True and result["device"] == "cpu"
+    engine = result["engine"]
+    assert isinstance(engine, dict)
+    startup = engine["startup"]
+    assert startup["decode_mode"] == "eager" and startup["preload"] is False  # CPU defaults
+    assert startup["first_question_outcome"] == "done"
+    runs = engine["runs"]
+    assert [(r["users"], r["arrival"]) for r in runs] == [
+        (1, "together"),
+        (3, "together"),
+        (2, "poisson"),
+    ]
+    for run in runs:
+        assert run["outcomes"] == {"done": run["users"]}
+        assert 1 <= run["images"] / run["users"] <= 3
+        assert run["new_tokens"] <= 4 * run["users"]
+        assert run["ttft_ms_p50"] > 0 and run["ttft_ms_p95"] >= run["ttft_ms_p50"]
+        assert run["peak_gib"] > 0 and run["cuda_ooms"] == 0
+    stock = result["stock_generate_bf16_static"]
+    assert isinstance(stock, list)
+    assert [r["users"] for r in stock] == [1, 3]
+    assert all(r["new_tokens"] == 4 * r["users"] for r in stock)
+
+
+def test_figures_and_arrivals() -> None:
+    bench = load_bench()
+    UserRun, arrivals, figures, percentile = (
+        bench.UserRun,
+        bench.arrivals,
+        bench.figures,
+        bench.percentile,
+    )
+    assert percentile([], 95) is None
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
+    assert arrivals(3, "together", 1.0, random.Random(0)) == [0.0, 0.0, 0.0]
+    stream = arrivals(50, "poisson", 10.0, random.Random(0))
+    assert stream[0] == 0.0 and stream == sorted(stream) and 2.0 < stream[-1] < 10.0
+    runs = [UserRun(0.0, 1, [0.1, 0.2, 0.3], "done"), UserRun(0.0, 2, [0.5, 0.6], "done")]
+    out = figures(runs)
+    assert out["new_tokens"] == 5 and out["aggregate_tok_s"] == 10.0  # 5 tokens in 0.5 s
+    assert out["ttft_ms_p95"] == 500.0 and out["inter_token_ms_p95"] == pytest.approx(100.0)
+    assert out["outcomes"] == {"done": 2} and out["images"] == 3

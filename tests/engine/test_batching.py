@@ -1,0 +1,335 @@
+"""Continuous batching on the CPU: every sequence of a batch yields the tokens it yields
+alone (the tiny model in float32 and AWQ), whoever it shares the batch with, whenever it
+joins, whoever leaves or is cancelled, whatever its cap, stops and sampling seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from PIL import Image
+
+from qwen_ui.engine.batching import Batch, Sequence
+from qwen_ui.engine.generate import Generation, Outcome, Prompt, SamplingOptions, run
+from qwen_ui.engine.pipelines import Loaded, Turn
+from qwen_ui.engine.slots import SlotCache, slot_bucket, step_mask
+from tests.engine.conftest import scene_images
+
+QUESTIONS = [
+    ("What shape is in the picture?", 1),
+    ("How many squares are there?", 2),
+    ("Describe the image.", 0),
+    ("Which picture shows more shapes? The second picture or the third?", 3),
+]
+
+
+def prompt_of(loaded: Loaded, question: str, count: int) -> Prompt:
+    images: list[Image.Image] = scene_images()[:count]
+    embeddings = [loaded.vision.encode(image) for image in images]
+    return loaded.language.build_prompt([Turn(question, count)], embeddings)
+
+
+def alone(loaded: Loaded, prompt: Prompt, options: SamplingOptions, stops: list[int]) -> Outcome:
+    generation = Generation(loaded.language.model, prompt, options)
+    return run(generation, stops, lambda _t: None, lambda: False)
+
+
+@dataclass(eq=False)
+class Client:
+    """One request of a test: its sequence and what reached it."""
+
+    prompt: Prompt
+    options: SamplingOptions
+    stops: list[int]
+    cancel_after: int | None = None
+    streamed: list[int] = field(default_factory=list)
+    outcome: Outcome | None = None
+    error: BaseException | None = None
+    sequence: Sequence | None = None
+
+    def cancelled(self) -> bool:
+        return self.cancel_after is not None and len(self.streamed) >= self.cancel_after
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+
+    def make(self) -> Sequence:
+        self.sequence = Sequence(
+            self.prompt,
+            self.options,
+            frozenset(self.stops),
+            self.streamed.append,
+            self._finish,
+            self.fail,
+            self.cancelled,
+        )
+        return self.sequence
+
+    def _finish(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+
+def batch_for(loaded: Loaded, limit: int = 8, prefill_tokens: int = 0) -> Batch[Client]:
+    model = loaded.language.model
+    make = lambda clients: [c.make() for c in clients]  # noqa: E731
+    return Batch(limit, make, lambda: model, prefill_tokens=prefill_tokens)
+
+
+def drain(batch: Batch[Client], steps: int = 10_000) -> int:
+    n = 0
+    while batch.busy and n < steps:
+        batch.step()
+        n += 1
+    return n
+
+
+def greedy_clients(loaded: Loaded, caps: list[int] | None = None) -> list[Client]:
+    stops = loaded.language.stop_ids
+    caps = caps or [12, 16, 9, 14]
+    return [
+        Client(prompt_of(loaded, q, n), SamplingOptions(cap), stops)
+        for (q, n), cap in zip(QUESTIONS, caps, strict=True)
+    ]
+
+
+def expect_alone(loaded: Loaded, client: Client) -> Outcome:
+    return alone(loaded, client.prompt, client.options, client.stops)
+
+
+def test_each_sequence_of_a_batch_gives_its_tokens_alone(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded)
+    batch = batch_for(loaded)
+    for client in clients:
+        batch.enter(client)
+    drain(batch)
+    for client in clients:
+        expected = expect_alone(loaded, client)
+        assert client.outcome == expected and client.streamed == expected.tokens
+        assert client.error is None
+    assert not batch.running and not batch.waiting
+
+
+def test_sequences_join_mid_way_and_reuse_freed_slots(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded, caps=[3, 20, 11, 7])
+    batch = batch_for(loaded, limit=2)
+    for client in clients:
+        batch.enter(client)  # two run, two wait for a free slot
+    batch.step()
+    assert len(batch.running) == 2 and len(batch.waiting) == 2
+    slots = set()
+    while batch.busy:
+        batch.step()
+        slots.add(batch.cache.slots)
+    assert slots == {2, 0}  # the two slots were reused, never more (0: freed when idle)
+    for client in clients:
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_a_newcomer_joins_a_running_batch_at_a_step_boundary(loaded: Loaded) -> None:
+    first, *later = greedy_clients(loaded, caps=[24, 5, 30, 6])
+    batch = batch_for(loaded)
+    batch.enter(first)
+    for _ in range(4):
+        batch.step()
+    # the prefill's token at once, then one per step, each reported during the next step
+    assert len(first.streamed) == 4
+    for client in later:  # one longer than the cache holds: it grows, keeping the runners
+        batch.enter(client)
+        batch.step()
+    drain(batch)
+    for client in [first, *later]:
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_a_cancelled_sequence_leaves_the_others_unchanged(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded, caps=[20, 20, 20, 20])
+    clients[1].cancel_after = 3
+    clients[1].stops = []  # it runs until cancelled
+    batch = batch_for(loaded)
+    for client in clients:
+        batch.enter(client)
+    drain(batch)
+    cancelled = clients[1].outcome
+    assert cancelled is not None and cancelled.finish_reason == "cancelled"
+    # seen at the next decision: the step in flight at the cancel still ends in it
+    assert len(cancelled.tokens) in (3, 4) and clients[1].streamed == cancelled.tokens
+    for client in (clients[0], clients[2], clients[3]):
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_caps_and_stop_tokens_are_each_sequences_own(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded, caps=[2, 16, 5, 16])
+    free = alone(loaded, clients[1].prompt, SamplingOptions(16), [])
+    clients[1].stops = [free.tokens[4]]  # its own stop token, unknown to the others
+    batch = batch_for(loaded)
+    for client in clients:
+        batch.enter(client)
+    drain(batch)
+    stopped = clients[1].outcome
+    assert stopped is not None and stopped.finish_reason == "stop"
+    assert stopped.tokens == free.tokens[: free.tokens.index(free.tokens[4])]
+    assert clients[0].outcome is not None and len(clients[0].outcome.tokens) <= 2
+    for client in clients:
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_sampling_with_a_seed_is_reproducible_per_sequence(loaded: Loaded) -> None:
+    stops = loaded.language.stop_ids
+    sampled = SamplingOptions(16, temperature=1.5, top_p=0.9, seed=7)
+
+    def seeded() -> Client:
+        return Client(prompt_of(loaded, "Describe the image.", 1), sampled, stops)
+
+    runs = []
+    for companions in ([], greedy_clients(loaded)[:2], greedy_clients(loaded)[1:]):
+        client = seeded()
+        batch = batch_for(loaded)
+        for other in [*companions[:1], client, *companions[1:]]:
+            batch.enter(other)
+        drain(batch)
+        assert client.outcome is not None
+        runs.append(client.outcome.tokens)
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) > 0
+    assert runs[0] == expect_alone(loaded, seeded()).tokens
+
+
+def test_a_failing_callback_ends_only_its_sequence(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded, caps=[10, 10, 10, 10])
+    clients[2].stops = []
+
+    def boom(_token: int) -> None:
+        raise RuntimeError("the client's stream broke")
+
+    batch = batch_for(loaded)
+    for client in clients:
+        batch.enter(client)
+    batch.step()  # prefill: the sequences exist now
+    assert clients[2].sequence is not None
+    clients[2].sequence.on_token = boom
+    drain(batch)
+    assert isinstance(clients[2].error, RuntimeError) and clients[2].outcome is None
+    for client in (clients[0], clients[1], clients[3]):
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_a_failing_step_fails_its_sequences_and_the_batch_serves_on(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clients = greedy_clients(loaded)
+    batch = batch_for(loaded)
+    batch.enter(clients[0])
+    batch.step()
+
+    def broken() -> None:
+        raise RuntimeError("out of memory")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(batch, "_launch", broken)
+        batch.step()
+    assert isinstance(clients[0].error, RuntimeError) and not batch.running
+    batch.enter(clients[1])
+    drain(batch)
+    assert clients[1].outcome == expect_alone(loaded, clients[1])
+
+
+def test_prepare_failing_fails_the_newcomers_only(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded)
+    calls: list[int] = []
+
+    def prepare(entrants: list[Client]) -> list[Sequence]:
+        calls.append(len(entrants))
+        if len(calls) == 2:
+            raise RuntimeError("the vision tower failed")
+        return [c.make() for c in entrants]
+
+    model = loaded.language.model
+    batch: Batch[Client] = Batch(8, prepare, lambda: model)
+    batch.enter(clients[0])
+    batch.step()
+    batch.enter(clients[1])
+    batch.enter(clients[2])
+    drain(batch)
+    assert calls == [1, 2]
+    assert clients[0].outcome == expect_alone(loaded, clients[0])
+    assert all(isinstance(c.error, RuntimeError) for c in clients[1:3])
+
+
+# --- the slot cache ---------------------------------------------------------------------
+def test_slot_buckets() -> None:
+    assert [slot_bucket(n, 8) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    assert slot_bucket(3, 3) == 3  # never past the limit
+    assert slot_bucket(40, 64) == 64
+
+
+def test_step_mask_keeps_each_rows_valid_positions() -> None:
+    mask = step_mask(torch.tensor([0, 2, 4]), 6)
+    assert mask.shape == (3, 1, 1, 6)
+    assert mask[:, 0, 0].int().tolist() == [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0],
+    ]
+
+
+def test_the_slot_cache_grows_keeping_what_it_holds_and_moves_slots() -> None:
+    cache = SlotCache(limit=8)
+    like = [(torch.zeros(1, 2, 4, 3), torch.zeros(1, 2, 4, 3))]
+    cache.ensure(1, 10, like)
+    assert (cache.slots, cache.length) == (1, 256)
+    prefill: list[tuple[torch.Tensor, torch.Tensor]] = [
+        (torch.randn(1, 2, 10, 3), torch.randn(1, 2, 10, 3))
+    ]
+    cache.write(0, prefill, 0, 10)
+    cache.ensure(3, 300, like)
+    assert (cache.slots, cache.length) == (4, 512)
+    assert torch.equal(cache.keys[0][0, :, :10], prefill[0][0][0])
+    cache.move(0, 2, 10)
+    assert torch.equal(cache.values[0][2, :, :10], prefill[0][1][0])
+    assert cache.nbytes == 2 * 4 * 2 * 512 * 3 * 4
+    cache.clear()
+    assert cache.slots == 0 and cache.nbytes == 0
+
+
+def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step :class:`DecodeGraphs` records (fixed buffers, padding rows up to the
+    bucket, attention over the cache's whole length), run without recording on the CPU:
+    three sequences pad to a bucket of four; as they leave, two, then one."""
+    clients = greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]
+    batch = batch_for(loaded)
+    monkeypatch.setattr(batch, "_graphed", lambda _model: True)
+    for client in clients:
+        batch.enter(client)
+    drain(batch)
+    assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
+    assert not batch._graphs.record  # the CPU: the same pass, not captured
+    for client in clients:
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_a_chunked_prefill_lets_the_running_sequences_decode_meanwhile(loaded: Loaded) -> None:
+    first, *later = greedy_clients(loaded, caps=[40, 8, 12, 6])
+    batch = batch_for(loaded, prefill_tokens=60)  # 20 positions per newcomer per step
+    batch.enter(first)
+    steps = 0
+    while not first.streamed:  # alone, 60 positions per step
+        batch.step()
+        steps += 1
+    assert steps == -(-first.prompt.length // 60)
+    for client in later:
+        batch.enter(client)
+    chunks = -(-max(c.prompt.length for c in later) // 20)
+    streamed = []
+    for _ in range(chunks - 1):
+        batch.step()
+        streamed.append(len(first.streamed))
+        assert batch._prefilling is not None and not batch._prefilling.complete
+    assert chunks > 2 and not any(c.streamed for c in later)
+    assert streamed == list(range(streamed[0], streamed[0] + chunks - 1))  # a token a step
+    batch.step()  # the last chunk: they join, their first tokens reported at once
+    assert batch._prefilling is None and all(c.sequence in batch.running for c in later)
+    drain(batch)
+    for client in [first, *later]:
+        assert client.outcome == expect_alone(loaded, client)

@@ -92,7 +92,7 @@ class Step:
     def __init__(self, args: argparse.Namespace, device: torch.device, compiled: bool) -> None:
         torch.manual_seed(0)
         self.model = train.build_model(device)
-        self.attention = train.PaddedAttention(self.model)
+        self.attention = train.BatchedAttention(self.model)
         self.attention.enable(True)
         width = self.model.config.text_config.hidden_size
         self.aux = train.AuxHead(width, 1.0, 1.0, 2.0).to(device)

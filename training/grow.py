@@ -156,7 +156,7 @@ def held_out_score(model: Any, n: int) -> dict[str, float]:
     training scores itself (``train.evaluate``): overall and per type."""
     cpu = torch.device("cpu")
     batches = [train.to_device(b, cpu) for b in train.held_out_batches(train.WEIGHTS, n, 64)]
-    attention = train.PaddedAttention(model)
+    attention = train.BatchedAttention(model)
     attention.enable(True)
     try:
         acc: dict[str, float] = train.evaluate(model, batches, cpu, attention)["acc"]

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen_ui.demo import scenes
+from training import locate_heads
 
 N_AXES = 2  # across and down
 
@@ -188,8 +189,8 @@ def answer_labels(
 @dataclass(frozen=True)
 class Labelling:
     """The question types the heads label: the names of ``name_kinds`` (the name head) and
-    the answers of ``answer_kinds`` (the answer head); the pair, referent and asked labels
-    go with their own types."""
+    the answers of ``answer_kinds`` (the answer head); the pair, referent, asked and
+    coordinate labels go with their own types."""
 
     name_kinds: tuple[str, ...] = ("spatial",)
     answer_kinds: tuple[str, ...] = ANSWER_KINDS
@@ -206,6 +207,7 @@ class Labelling:
             "referent_labels": referent_labels(turn, answer_at),
             "answer_labels": answer_labels(turn, answer_at, token, self.answer_kinds),
             "asked_labels": asked_labels(turn, answer_at),
+            "coordinate_labels": locate_heads.coordinate_labels(turn, tokenizer, answer_at),
         }
 
 

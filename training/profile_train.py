@@ -62,7 +62,7 @@ class Steps:
     def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
         self.device = device
         self.model = train.build_model(device, args.init)
-        self.attention = train.PaddedAttention(self.model)
+        self.attention = train.BatchedAttention(self.model)
         self.attention.enable(True)
         hidden = self.model.config.text_config.hidden_size
         self.aux = train.AuxHead(

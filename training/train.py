@@ -11,8 +11,8 @@ scored by teacher-forced exact match, which equals greedy-decoding exact match: 
 tokens and the end token must be the argmax. Checkpoints go to ``OUT/model`` in shards of
 at most 12 MB, so a run cut short still leaves weights.
 
-Training-only speed-up: the vision tower's per-window attention loop is replaced by one
-padded, batched SDPA call (:func:`padded_vision_attention`); :func:`check_equivalence`
+Training-only speed-up: the vision tower's per-window attention loop is replaced by the
+engine's batched attention (:class:`BatchedAttention`); :func:`check_equivalence`
 verifies it against the stock implementation at start-up. The saved model uses the stock
 code path.
 """
@@ -29,21 +29,21 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from PIL import Image, ImageDraw
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import WEIGHTS as SHIPPED
 from qwen_ui.demo import evaluate as scoring
 from qwen_ui.demo import modelcfg, scenes
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
-from training import names
+from qwen_ui.engine import vision as engine_vision
+from training import locate_heads, names
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class Encoder:
             "kind": item.kind,
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
+            "position_labels": locate_heads.position_labels(id_list, grids),
             **self._head_labels(turns, places, id_list),
         }
 
@@ -358,6 +359,8 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "referent_labels": with_rows(rows, "referent_labels"),
         "answer_labels": with_rows(rows, "answer_labels"),
         "asked_labels": with_rows(rows, "asked_labels"),
+        "position_labels": with_rows(rows, "position_labels"),
+        "coordinate_labels": with_rows(rows, "coordinate_labels"),
     }
 
 
@@ -460,35 +463,6 @@ def held_out_batches(
 # --- the training-only attention ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Where each vision token goes in the padded [chunks, longest] layout."""
-
-    chunk: torch.Tensor
-    offset: torch.Tensor
-    keep: torch.Tensor
-    chunks: int
-    longest: int
-
-    @classmethod
-    def of(cls, cu_seqlens: torch.Tensor) -> Plan:
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-        chunks, longest = lengths.shape[0], int(lengths.max())
-        chunk = torch.repeat_interleave(torch.arange(chunks), lengths)
-        offset = torch.arange(int(cu_seqlens[-1])) - cu_seqlens[chunk].long()
-        keep = torch.arange(longest)[None, :] < lengths[:, None]
-        return cls(chunk, offset, keep[:, None, None, :], chunks, longest)
-
-    def to(self, device: torch.device) -> Plan:
-        return Plan(
-            self.chunk.to(device, non_blocking=True),
-            self.offset.to(device, non_blocking=True),
-            self.keep.to(device, non_blocking=True),
-            self.chunks,
-            self.longest,
-        )
-
-
 def vision_inputs(grid_thw: torch.Tensor) -> dict[str, Any]:
     """The vision tower's index tensors, precomputed on the CPU (in the data workers)."""
     from transformers.vision_utils import (
@@ -507,79 +481,32 @@ def vision_inputs(grid_thw: torch.Tensor) -> dict[str, Any]:
         "cu_seqlens": cu_seqlens,
         "window_index": window_index,
         "cu_window_seqlens": cu_window,
-        "plans": (Plan.of(cu_seqlens), Plan.of(cu_window)),
+        # built here, on the host, so that the device never waits for a layout
+        "layouts": (engine_vision.Layout.of(cu_seqlens), engine_vision.Layout.of(cu_window)),
     }
 
 
-def padded_vision_attention(
-    module: Any,
-    hidden_states: torch.Tensor,
-    plan: Plan,
-    position_embeddings: tuple[torch.Tensor, torch.Tensor],
-) -> torch.Tensor:
-    """Qwen2.5-VL vision attention over all windows/images at once (padded SDPA)."""
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
-
-    seq = hidden_states.shape[0]
-    heads = module.num_heads
-    q, k, v = module.qkv(hidden_states).reshape(seq, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
-    cos, sin = position_embeddings
-    q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
-
-    def pad(t: torch.Tensor) -> torch.Tensor:
-        out = t.new_zeros((plan.chunks, plan.longest, heads, t.shape[-1]))
-        out[plan.chunk, plan.offset] = t
-        return out.transpose(1, 2)
-
-    # The math backend: the memory-efficient kernel's backward with an attn_mask returned
-    # NaN gradients after ~900 steps on the H200 (pytorch/pytorch#178251).
-    with sdpa_kernel(SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(
-            pad(q), pad(k), pad(v), attn_mask=plan.keep, scale=module.scaling
-        )
-    out = out.transpose(1, 2)[plan.chunk, plan.offset].reshape(seq, -1)
-    return module.proj(out)  # type: ignore[no-any-return]
-
-
-class PaddedAttention:
-    """Swaps the vision blocks' attention for :func:`padded_vision_attention` while the
-    current batch's plans are set (keyed by the identity of the cu_seqlens tensors)."""
+class BatchedAttention:
+    """The engine's batched vision attention (:mod:`qwen_ui.engine.vision`: one SDPA call
+    per group of equal-length windows or images, no padding, no mask) in place of the
+    stock per-window loop while enabled, with each batch's layouts built in the data
+    workers (:func:`vision_inputs`) and handed over by :meth:`set`."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.plans: dict[int, Plan] = {}
+        self.layouts = engine_vision.Layouts()
 
-    def set(self, cu_tensors: tuple[torch.Tensor, ...], plans: tuple[Plan, ...]) -> None:
-        self.plans = {id(cu): plan for cu, plan in zip(cu_tensors, plans, strict=True)}
+    def set(
+        self, cu_tensors: tuple[torch.Tensor, ...], layouts: tuple[engine_vision.Layout, ...]
+    ) -> None:
+        for cu, layout in zip(cu_tensors, layouts, strict=True):
+            self.layouts.put(cu, layout)
 
     def enable(self, on: bool) -> None:
-        for block in self.model.model.visual.blocks:
-            if on:
-                block.attn.forward = self._bind(block.attn)
-            elif "forward" in block.attn.__dict__:
-                del block.attn.forward
-
-    def _bind(self, attn: Any) -> Callable[..., torch.Tensor]:
-        stock = type(attn).forward
-
-        def forward(
-            hidden_states: torch.Tensor,
-            cu_seqlens: torch.Tensor,
-            position_embeddings: tuple[torch.Tensor, torch.Tensor],
-            **kw: Any,
-        ) -> torch.Tensor:
-            plan = self.plans.get(id(cu_seqlens))
-            if plan is None:
-                return stock(  # type: ignore[no-any-return]
-                    attn,
-                    hidden_states,
-                    cu_seqlens=cu_seqlens,  # type: ignore[no-any-return]
-                    position_embeddings=position_embeddings,
-                    **kw,
-                )
-            return padded_vision_attention(attn, hidden_states, plan, position_embeddings)
-
-        return forward
+        if on:
+            engine_vision.install(self.model, self.layouts)
+        else:
+            engine_vision.uninstall(self.model)
 
 
 @functools.cache
@@ -596,9 +523,9 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     }
     out["pixel_values"] = restore_pixels(out.pop("pixel_u8"), *normalisation(device))
     vision = dict(batch["vision"])
-    plans = vision.pop("plans")
+    layouts = vision.pop("layouts")
     out["vision"] = {k: t.to(device, non_blocking=True) for k, t in vision.items()}
-    out["plans"] = tuple(p.to(device) for p in plans)
+    out["layouts"] = tuple(layout.to(device) for layout in layouts)
     return out
 
 
@@ -608,10 +535,10 @@ def forward_logits(
     *,
     fast: bool = True,
     amp: bool = True,
-    attention: PaddedAttention | None = None,
+    attention: BatchedAttention | None = None,
 ) -> torch.Tensor:
     """Logits for ``batch``: the stock forward, or the training path (precomputed vision
-    indices and mrope positions, padded vision attention via ``attention``)."""
+    indices and mrope positions, batched vision attention via ``attention``)."""
     return forward_parts(model, batch, fast=fast, amp=amp, attention=attention).logits
 
 
@@ -632,7 +559,7 @@ def forward_parts(
     *,
     fast: bool = True,
     amp: bool = True,
-    attention: PaddedAttention | None = None,
+    attention: BatchedAttention | None = None,
     vision_grad: float = 1.0,
     hidden: bool = False,
 ) -> Parts:
@@ -655,7 +582,7 @@ def forward_parts(
             return Parts(logits, None, None)
         vision = dict(batch["vision"])
         if attention is not None:
-            attention.set((vision["cu_seqlens"], vision["cu_window_seqlens"]), batch["plans"])
+            attention.set((vision["cu_seqlens"], vision["cu_window_seqlens"]), batch["layouts"])
         feats = model.model.visual(
             batch["pixel_values"], grid_thw=batch["image_grid_thw"], **vision
         ).pooler_output
@@ -663,7 +590,7 @@ def forward_parts(
         slots = (batch["input_ids"] == modelcfg.IMAGE_PAD_ID)[..., None].expand_as(embeds)
         embeds = embeds.masked_scatter(slots, scale_grad(feats, vision_grad).to(embeds.dtype))
         # right padding only: with causal attention no real token sees a pad, so no mask is
-        # needed and SDPA runs its mask-free kernels (see padded_vision_attention)
+        # needed and SDPA runs its mask-free kernels (as the engine's vision attention does)
         out = model(
             inputs_embeds=embeds,
             attention_mask=None,
@@ -797,7 +724,7 @@ def exact(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return ~wrong.any(dim=1)
 
 
-def check_equivalence(model: Any, batch: Batch, attention: PaddedAttention) -> dict[str, float]:
+def check_equivalence(model: Any, batch: Batch, attention: BatchedAttention) -> dict[str, float]:
     """Max logit difference (fp32) of the training path against the stock forward."""
     model.eval()
     with torch.no_grad():
@@ -817,7 +744,7 @@ def evaluate(
     model: Any,
     batches: list[Batch],
     device: torch.device,
-    attention: PaddedAttention,
+    attention: BatchedAttention,
     aux: AuxHead | None = None,
     heads: LanguageHeads = (),
 ) -> dict[str, Any]:
@@ -1149,6 +1076,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the asked head reads",
     )
     p.add_argument(
+        "--position-weight",
+        type=float,
+        default=0.0,
+        help="weight of the position head (at every image token, a language-model layer "
+        "says the token's row and column in its image's merged grid); 0: off",
+    )
+    p.add_argument(
+        "--position-layer",
+        type=int,
+        default=2,
+        help="the language-model layer whose output the position head reads",
+    )
+    p.add_argument(
+        "--coordinate-weight",
+        type=float,
+        default=0.0,
+        help="weight of the coordinate head (where a grounding answer writes a box "
+        "coordinate's digits, a language-model layer says its 28 px token and 7 px step); "
+        "0: off",
+    )
+    p.add_argument(
+        "--coordinate-layer",
+        type=int,
+        default=3,
+        help="the language-model layer whose output the coordinate head reads",
+    )
+    p.add_argument(
         "--answer-kinds",
         type=kinds_among(scenes.KINDS, "answer kinds"),
         default=names.ANSWER_KINDS,
@@ -1361,7 +1315,7 @@ def train_step(
     model: Any,
     opt: torch.optim.Optimizer,
     batch: Batch,
-    attention: PaddedAttention,
+    attention: BatchedAttention,
     aux: AuxHead,
     heads: LanguageHeads = (),
 ) -> StepResult:
@@ -1404,7 +1358,7 @@ def compile_parts(model: Any) -> None:
     """``torch.compile`` (dynamic shapes: every batch has its own lengths) the pieces where
     a step's kernels go (the fifth session's profile: norms, rotations, activations and
     copies, 55 % of the device time): each language-model layer, and each vision
-    block's norms and MLP (its attention is the padded call, whose plans are looked up
+    block's norms and MLP (its attention is the engine's batched call, whose layouts are looked up
     per batch). Forward and backward are both compiled; the saved model is unchanged."""
     for layer in model.model.language_model.layers:
         layer.compile(dynamic=True)
@@ -1419,7 +1373,7 @@ def run(args: argparse.Namespace) -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
     model = build_model(device, args.init, args.fresh_lm, args.rope_theta)
-    attention = PaddedAttention(model)
+    attention = BatchedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))
     hidden = model.config.text_config.hidden_size
@@ -1449,14 +1403,22 @@ def run(args: argparse.Namespace) -> None:
 
 
 def language_heads(args: argparse.Namespace, width: int, device: torch.device) -> LanguageHeads:
-    """The language-model heads the arguments ask for (name, pair, referent, answer and
-    asked), each with its batch key: (key, weight, layer, outputs, classes)."""
+    """The language-model heads the arguments ask for (name, pair, referent, answer,
+    asked, position and coordinate), each with its batch key: (key, weight, layer,
+    outputs, classes)."""
     specs = (
         ("name_labels", args.name_weight, args.name_layer, names.N_AXES, scenes.MAX_SHAPES),
         ("pair_labels", args.pair_weight, args.pair_layer, 2 * names.N_AXES, scenes.MAX_SHAPES),
         ("referent_labels", args.referent_weight, args.referent_layer, 1, scenes.JOINT_CLASSES),
         ("answer_labels", args.answer_weight, args.answer_layer, 1, modelcfg.VOCAB_SIZE),
         ("asked_labels", args.asked_weight, args.asked_layer, 1, len(scenes.RELATIONS)),
+        *(
+            (key, weight, layer, locate_heads.N_AXES, locate_heads.GRID_CLASSES)
+            for key, weight, layer in (
+                ("position_labels", args.position_weight, args.position_layer),
+                ("coordinate_labels", args.coordinate_weight, args.coordinate_layer),
+            )
+        ),
     )
     return tuple(
         (key, names.NameHead(width, weight, layer, outputs, classes).to(device))
@@ -1472,7 +1434,7 @@ def train_loop(
     held: list[Batch],
     args: argparse.Namespace,
     device: torch.device,
-    attention: PaddedAttention,
+    attention: BatchedAttention,
     aux: AuxHead,
     heads: LanguageHeads = (),
 ) -> None:

@@ -48,6 +48,11 @@ class Layout:
         )
         return cls(groups)
 
+    def to(self, device: torch.device) -> Layout:
+        """This layout on ``device`` (built on the host, where ``cu_seqlens`` costs no sync:
+        the training data workers build each batch's)."""
+        return Layout(tuple(g.to(device, non_blocking=True) for g in self.groups))
+
 
 class Layouts:
     """Layouts by ``cu_seqlens`` tensor; holds the last few tensors so ids stay unique."""
@@ -61,8 +66,12 @@ class Layouts:
             if tensor is cu_seqlens:
                 return layout
         layout = Layout.of(cu_seqlens)
-        self._items = [*self._items[-(self.size - 1) :], (cu_seqlens, layout)]
+        self.put(cu_seqlens, layout)
         return layout
+
+    def put(self, cu_seqlens: torch.Tensor, layout: Layout) -> None:
+        """Use ``layout`` (built beforehand) for the tensor ``cu_seqlens``."""
+        self._items = [*self._items[-(self.size - 1) :], (cu_seqlens, layout)]
 
 
 def batched_attention(
@@ -108,16 +117,18 @@ def vision_blocks(model: Any) -> list[Any]:
     return list(getattr(visual, "blocks", []))
 
 
-def install(model: Any) -> int:
+def install(model: Any, layouts: Layouts | None = None) -> int:
     """Swap every vision block's attention for :func:`batched_attention`; returns how
     many were swapped. None when the attention asks for flash attention: transformers
-    then makes one varlen call already (the same test the stock module makes)."""
+    then makes one varlen call already (the same test the stock module makes).
+    ``layouts``: where the blocks look up each ``cu_seqlens`` tensor's layout (a caller
+    that builds them ahead puts them there; by default each is built on first use)."""
     from transformers.utils.generic import is_flash_attention_requested
 
     blocks = vision_blocks(model)
     if not blocks or is_flash_attention_requested(blocks[0].attn.config):
         return 0
-    layouts = Layouts()
+    layouts = layouts if layouts is not None else Layouts()
     for block in blocks:
         block.attn.forward = _forward(block.attn, layouts)
     return len(blocks)

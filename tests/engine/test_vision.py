@@ -95,3 +95,15 @@ def test_layouts_are_reused_per_tensor() -> None:
     a, b = torch.tensor([0, 4]), torch.tensor([0, 4])
     assert layouts.get(a) is layouts.get(a)
     assert layouts.get(b) is not layouts.get(a)
+
+
+def test_a_layout_built_ahead_is_used_for_its_tensor() -> None:
+    """A caller that builds a layout on the host (the training data workers) puts it for
+    the tensor it moved; the blocks then find it instead of building one (no host sync)."""
+    layouts = vision.Layouts()
+    host = torch.tensor([0, 4, 6])
+    ahead = vision.Layout.of(host).to(torch.device("cpu"))
+    moved = host.clone()
+    layouts.put(moved, ahead)
+    assert layouts.get(moved) is ahead
+    assert [g.tolist() for g in ahead.groups] == [[[4, 5]], [[0, 1, 2, 3]]]

@@ -126,7 +126,7 @@ def test_train_step_trains_the_language_model_through_the_name_head() -> None:
     assert len(batch["name_labels"]) >= 4
     torch.manual_seed(0)
     model = train.build_model(torch.device("cpu"), None)
-    attention = train.PaddedAttention(model)
+    attention = train.BatchedAttention(model)
     attention.enable(True)
     hidden = model.config.text_config.hidden_size
     aux = train.AuxHead(hidden, 0.0)

@@ -395,7 +395,7 @@ def test_the_language_model_is_clipped_apart_from_the_vision_tower() -> None:
     for weight in (1.0, 1000.0):
         torch.manual_seed(0)
         model = train.build_model(torch.device("cpu"), None)
-        attention = train.PaddedAttention(model)
+        attention = train.BatchedAttention(model)
         attention.enable(True)
         aux = train.AuxHead(model.config.text_config.hidden_size, weight)
         torch.nn.init.normal_(aux.proj.weight, std=0.05)  # a trained head passes gradient on
@@ -413,7 +413,7 @@ def test_the_language_model_is_clipped_apart_from_the_vision_tower() -> None:
 def test_train_step_updates_or_skips_a_non_finite_gradient_on_the_device() -> None:
     torch.manual_seed(0)
     model = train.build_model(torch.device("cpu"), None)
-    attention = train.PaddedAttention(model)
+    attention = train.BatchedAttention(model)
     attention.enable(True)
     aux = train.AuxHead(model.config.text_config.hidden_size, 1.0)
     opt = train.make_optimizer(model, 1e-3, 0.05, aux)
@@ -615,7 +615,7 @@ def test_compiled_parts_train_as_the_eager_model_does() -> None:
     for compiled in (False, True):
         torch.manual_seed(0)
         model = train.build_model(cpu)
-        attention = train.PaddedAttention(model)
+        attention = train.BatchedAttention(model)
         attention.enable(True)
         aux = train.AuxHead(modelcfg.TEXT["hidden_size"], 1.0, 1.0, 2.0)
         heads = train.language_heads(args, modelcfg.TEXT["hidden_size"], cpu)
@@ -659,3 +659,35 @@ def test_the_training_code_imports_without_the_apps_dependencies() -> None:
     blocked = "import sys\nfor m in ('pydantic', 'pydantic_settings', 'fastapi', 'gradio'):"
     code = f"{blocked}\n    sys.modules[m] = None\nimport training.train, training.names"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_training_path_uses_the_engines_vision_attention_and_matches_the_stock_model() -> None:
+    """The training forward (the engine's batched vision attention with the layouts the
+    data workers built, mrope positions precomputed) gives the stock model's logits and the
+    same vision-tower gradient; the blocks look the batch's layouts up, not rebuild them."""
+    torch.manual_seed(0)
+    model = train.build_model(torch.device("cpu"), train.WEIGHTS)
+    encode = train.Encoder(train.WEIGHTS, max_pixels=28224)
+    items = [scenes.sample(s, k, "en") for s, k in enumerate(("multi_count", "count", "spatial"))]
+    batch = train.to_device(train.collate([encode(i) for i in items]), torch.device("cpu"))
+    attention = train.BatchedAttention(model)
+    diff = train.check_equivalence(model, batch, attention)
+    assert diff["max_abs_diff"] < 1e-4 * diff["logit_scale"]
+    for cu, layout in zip(
+        (batch["vision"]["cu_seqlens"], batch["vision"]["cu_window_seqlens"]),
+        batch["layouts"],
+        strict=True,
+    ):
+        assert attention.layouts.get(cu) is layout
+
+    def tower_grad() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        train.forward_logits(model, batch, attention=attention).sum().backward()
+        return torch.cat([p.grad.flatten() for p in model.model.visual.parameters()])
+
+    attention.enable(True)
+    assert all("forward" in block.attn.__dict__ for block in model.model.visual.blocks)
+    batched = tower_grad()
+    attention.enable(False)
+    stock = tower_grad()
+    assert torch.allclose(batched, stock, atol=1e-4 * float(stock.abs().max()))

@@ -103,6 +103,7 @@ class Controls:
 
     def __init__(self) -> None:
         self.running: set[str] = set()
+        self.starting: set[str] = set()  # Stop shown for an answer not begun yet
         self.requested: dict[str, str] = {}  # session -> "stop" | "reset"
 
     def request(self, session: str, what: str) -> bool:
@@ -112,8 +113,22 @@ class Controls:
         self.requested[session] = what
         return True
 
+    def starts(self, session: str) -> None:
+        """An answer was asked for (Stop is shown); it begins when its handler runs."""
+        self.starting.add(session)
+
+    def busy(self, session: str) -> bool:
+        """Whether an answer runs or is about to: the page keeps Stop meanwhile."""
+        return session in self.running or session in self.starting
+
+    def declined(self, session: str) -> None:
+        """The asked-for answer will not run (a refused retry or edit)."""
+        if session not in self.running:
+            self.starting.discard(session)
+
     def begin(self, session: str) -> None:
         self.running.add(session)
+        self.starting.discard(session)
         self.requested.pop(session, None)
 
     def take(self, session: str) -> str | None:
@@ -121,6 +136,7 @@ class Controls:
 
     def end(self, session: str) -> None:
         self.running.discard(session)
+        self.starting.discard(session)
         self.requested.pop(session, None)
 
 

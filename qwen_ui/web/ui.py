@@ -386,6 +386,7 @@ class Handlers:
         chat = normalize(history)
         if data.index != last_question(chat) or not isinstance(data.index, int):
             gr.Warning(t("edit_last_only", current))
+            self.controls.declined(session_of(request))
             if isinstance(data.index, int) and data.index < len(chat):
                 chat[data.index]["content"] = str(data.previous_value)
             yield {self.page.chat: chat}
@@ -410,6 +411,7 @@ class Handlers:
         index = last_question(chat)
         if index is None or session_of(request) in self.controls.running:
             gr.Warning(t("nothing_to_redo", current))
+            self.controls.declined(session_of(request))
             yield {}
             return
         if was_stored(chat, index):
@@ -443,8 +445,10 @@ class Handlers:
         self, current: Lang, conversation_id: str, request: gr.Request
     ) -> dict[Any, Any]:
         listed = await self.listing(request, current, conversation_id)
-        if session_of(request) in self.controls.running:
-            return listed  # a refused submit: the answer that runs keeps Stop and the box
+        if self.controls.busy(session_of(request)):
+            # a refused submit (the answer that runs keeps Stop and the box), or an earlier
+            # answer's last step arriving after the next question was sent
+            return listed
         return {
             self.page.question: idle_box(),
             self.page.stop: gr.update(visible=False),
@@ -452,9 +456,10 @@ class Handlers:
             **listed,
         }
 
-
-def _show_stop() -> dict[str, Any]:
-    return gr.update(visible=True)  # type: ignore[no-any-return]
+    def on_starting(self, request: gr.Request) -> Any:
+        """Stop in Send's place at once; the earlier answer's last step must not hide it."""
+        self.controls.starts(session_of(request))
+        return gr.update(visible=True)
 
 
 def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> None:
@@ -462,7 +467,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     private: dict[str, Any] = {"api_visibility": "private"}
     free: dict[str, Any] = {**private, "concurrency_limit": None}
     # Stop in Send's place at once, outside the answer's stream
-    page.question.submit(_show_stop, None, [page.stop], queue=False, **private)
+    page.question.submit(on.on_starting, None, [page.stop], queue=False, **private)
     submitted = page.question.submit(
         on.on_submit,
         [page.question, page.chat, page.conversation, page.lang, page.model],
@@ -476,7 +481,7 @@ def _wire(blocks: gr.Blocks, page: Page, on: Handlers, settings: Settings) -> No
     asked = [page.chat, page.conversation, page.lang, page.model]
     answering = [submitted]
     for event, handler in ((page.chat.retry, on.on_retry), (page.chat.edit, on.on_edit)):
-        event(_show_stop, None, [page.stop], queue=False, **private)
+        event(on.on_starting, None, [page.stop], queue=False, **private)
         again = event(handler, asked, page.answered, **free)
         again.then(on.after_answer, [page.lang, page.conversation], after, **private)
         answering.append(again)

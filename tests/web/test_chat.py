@@ -303,3 +303,28 @@ async def test_regenerate_takes_the_turn_back_and_answers_it_again(
     assert "• Encoding image 2/2 (cached)" in chat2[-2]["content"]  # the same images, seen
     held = await store.get("demo/demo", conversation)
     assert [t.question for t in held.turns] == ["Which is blue?"] and len(held.turns[0].images) == 2
+
+
+def test_an_answer_asked_for_keeps_stop_until_it_ends() -> None:
+    """Stop is shown when a question is sent, before its handler begins: an earlier
+    answer's last step (which hides Stop when nothing runs) must see it as busy; a
+    retry or edit that is refused lets go of it."""
+    from qwen_ui.web.chat import Controls
+
+    controls = Controls()
+    assert not controls.busy("s")
+    controls.starts("s")
+    assert controls.busy("s") and not controls.request("s", "stop")
+    controls.begin("s")
+    assert controls.busy("s") and controls.starting == set()
+    controls.end("s")
+    assert not controls.busy("s")
+    controls.starts("s")
+    controls.declined("s")
+    assert not controls.busy("s")
+    controls.begin("s")
+    controls.starts("s")
+    controls.declined("s")  # the running answer keeps it
+    assert controls.busy("s")
+    controls.end("s")
+    assert not controls.busy("s")

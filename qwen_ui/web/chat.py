@@ -108,9 +108,9 @@ class Controls:
 
     def request(self, session: str, what: str) -> bool:
         """Ask the session's running answer to ``what``; False when none is running."""
-        if session not in self.running:
+        if not self.busy(session):
             return False
-        self.requested[session] = what
+        self.requested[session] = what  # asked before the answer began: seen when it does
         return True
 
     def starts(self, session: str) -> None:
@@ -127,9 +127,10 @@ class Controls:
             self.starting.discard(session)
 
     def begin(self, session: str) -> None:
+        if session not in self.starting:
+            self.requested.pop(session, None)
         self.running.add(session)
         self.starting.discard(session)
-        self.requested.pop(session, None)
 
     def take(self, session: str) -> str | None:
         return self.requested.pop(session, None)

@@ -314,9 +314,10 @@ def test_an_answer_asked_for_keeps_stop_until_it_ends() -> None:
     controls = Controls()
     assert not controls.busy("s")
     controls.starts("s")
-    assert controls.busy("s") and not controls.request("s", "stop")
+    assert controls.busy("s") and controls.request("s", "stop")  # Stop before it began
     controls.begin("s")
     assert controls.busy("s") and controls.starting == set()
+    assert controls.take("s") == "stop"  # the answer sees it at its first event
     controls.end("s")
     assert not controls.busy("s")
     controls.starts("s")

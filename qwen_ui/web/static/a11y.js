@@ -52,6 +52,11 @@
     for (const [selector, key] of fixed) {
       for (const el of document.querySelectorAll(selector)) name(el, key, w);
     }
+    // Gradio's file thumbnails are list items whose parent has no list role
+    for (const item of document.querySelectorAll("[role=listitem]")) {
+      const parent = item.parentElement;
+      if (parent && !parent.hasAttribute("role")) set(parent, "role", "list");
+    }
     for (const el of document.querySelectorAll("[aria-label], [data-qwen-label]")) {
       const key = el.dataset.qwenLabel || gradioNames[el.getAttribute("aria-label")];
       if (key) name(el, key, w);

@@ -99,46 +99,55 @@ def progress_html(fraction: float, label: str = "") -> str:
 
 
 class Controls:
-    """Stop and New-conversation requests per browser session, read by the running answer."""
+    """Stop and New-conversation requests per browser session, read by the running answer.
+
+    Sending a question shows Stop at once, before its handler begins (``starts``); the
+    earlier answer of the session may still be finishing then. Such pending starts are
+    counted apart from the running answer, so that the earlier answer's end neither hides
+    Stop nor drops a Stop pressed for the next one."""
 
     def __init__(self) -> None:
         self.running: set[str] = set()
-        self.starting: set[str] = set()  # Stop shown for an answer not begun yet
+        self.starting: dict[str, int] = {}  # answers asked for, not begun yet
         self.requested: dict[str, str] = {}  # session -> "stop" | "reset"
 
     def request(self, session: str, what: str) -> bool:
-        """Ask the session's running answer to ``what``; False when none is running."""
+        """Ask the session's answer to ``what`` (one asked for and not begun yet sees it
+        at its first event); False when none runs or is about to."""
         if not self.busy(session):
             return False
-        self.requested[session] = what  # asked before the answer began: seen when it does
+        self.requested[session] = what
         return True
 
     def starts(self, session: str) -> None:
         """An answer was asked for (Stop is shown); it begins when its handler runs."""
-        self.starting.add(session)
+        self.starting[session] = self.starting.get(session, 0) + 1
 
     def busy(self, session: str) -> bool:
         """Whether an answer runs or is about to: the page keeps Stop meanwhile."""
         return session in self.running or session in self.starting
 
     def declined(self, session: str) -> None:
-        """The asked-for answer will not run (a refused retry or edit)."""
-        if session not in self.running:
-            self.starting.discard(session)
+        """An answer asked for will not run (a refused submit, retry or edit)."""
+        left = self.starting.get(session, 0) - 1
+        if left > 0:
+            self.starting[session] = left
+        else:
+            self.starting.pop(session, None)
 
     def begin(self, session: str) -> None:
         if session not in self.starting:
-            self.requested.pop(session, None)
+            self.requested.pop(session, None)  # a stale request: nothing was asked since
+        self.declined(session)  # the start it was asked with is taken
         self.running.add(session)
-        self.starting.discard(session)
 
     def take(self, session: str) -> str | None:
         return self.requested.pop(session, None)
 
     def end(self, session: str) -> None:
         self.running.discard(session)
-        self.starting.discard(session)
-        self.requested.pop(session, None)
+        if session not in self.starting:  # a request for the next answer stays
+            self.requested.pop(session, None)
 
 
 def session_of(request: gr.Request) -> str:

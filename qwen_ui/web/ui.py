@@ -352,6 +352,7 @@ class Handlers:
     ) -> AsyncIterator[dict[Any, Any]]:
         if session_of(request) in self.controls.running:
             gr.Warning(t("still_answering", current))
+            self.controls.declined(session_of(request))
             yield {}  # nothing changes: the text stays in the box
             return
         views = answer(

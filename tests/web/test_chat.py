@@ -306,26 +306,25 @@ async def test_regenerate_takes_the_turn_back_and_answers_it_again(
 
 
 def test_an_answer_asked_for_keeps_stop_until_it_ends() -> None:
-    """Stop is shown when a question is sent, before its handler begins: an earlier
-    answer's last step (which hides Stop when nothing runs) must see it as busy; a
-    retry or edit that is refused lets go of it."""
+    """Stop is shown when a question is sent, before its handler begins: the earlier
+    answer's end (whose last step hides Stop when nothing runs) must see the session as
+    busy and keep a Stop pressed for the next answer; a refused question lets go."""
     from qwen_ui.web.chat import Controls
 
     controls = Controls()
-    assert not controls.busy("s")
-    controls.starts("s")
-    assert controls.busy("s") and controls.request("s", "stop")  # Stop before it began
-    controls.begin("s")
-    assert controls.busy("s") and controls.starting == set()
-    assert controls.take("s") == "stop"  # the answer sees it at its first event
+    assert not controls.busy("s") and not controls.request("s", "stop")
+    controls.begin("s")  # answer A runs
+    controls.starts("s")  # B sent while A finishes
+    assert controls.request("s", "stop")  # Stop pressed for B
+    controls.end("s")  # A ends after that
+    assert controls.busy("s")  # A's last step keeps Stop
+    controls.begin("s")  # B begins
+    assert controls.take("s") == "stop" and controls.starting == {}
     controls.end("s")
     assert not controls.busy("s")
-    controls.starts("s")
+    controls.begin("s")
+    controls.starts("s")  # sent while A runs: refused
     controls.declined("s")
-    assert not controls.busy("s")
-    controls.begin("s")
-    controls.starts("s")
-    controls.declined("s")  # the running answer keeps it
-    assert controls.busy("s")
+    assert controls.starting == {}
     controls.end("s")
-    assert not controls.busy("s")
+    assert not controls.busy("s")  # A's last step hides Stop

@@ -29,6 +29,7 @@ from qwen_ui.engine import awq_format
 from qwen_ui.engine import engine as engine_module
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.generate import Generation, Outcome
+from qwen_ui.engine.pipelines import stop_token_ids
 from training.tokenizer import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS
 
 # The Qwen pre-tokenizer split, special tokens and chat template: the same as the demo's.
@@ -122,8 +123,11 @@ def tiny_config(tokenizer: Qwen2Tokenizer) -> Qwen2_5_VLConfig:
     )
 
 
-def build_tiny_model(out: Path, seed: int = 0) -> Path:
-    """A random bf16-free (float32) tiny Qwen2.5-VL checkpoint with tokenizer + processor."""
+def build_tiny_model(out: Path, seed: int = 0, endless: bool = False) -> Path:
+    """A random bf16-free (float32) tiny Qwen2.5-VL checkpoint with tokenizer + processor.
+
+    ``endless``: no stop token ever wins the argmax, so greedy answers run to the token
+    limit (their output rows are zero: a logit of 0 against the best of ~500 random ones)."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer)
@@ -135,6 +139,9 @@ def build_tiny_model(out: Path, seed: int = 0) -> Path:
             if param.dim() >= 2:
                 param.normal_(0.0, 0.08)
     model.generation_config.eos_token_id = [config.text_config.eos_token_id]
+    if endless:
+        with torch.no_grad():
+            model.lm_head.weight[stop_token_ids(model, tokenizer)] = 0.0
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out

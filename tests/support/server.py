@@ -94,14 +94,17 @@ def log_in_with_form(client: httpx.Client, tenant: str, user: str, password: str
     assert "error" not in response.headers.get("location", ""), response.headers
 
 
-def tiny_model_server(factory: Any, max_new_tokens: int) -> ServerProcess:
-    """A real server on the engine tests' tiny random model, installed in a fresh store."""
+def tiny_model_server(factory: Any, max_new_tokens: int, endless: bool = False) -> ServerProcess:
+    """A real server on the engine tests' tiny random model, installed in a fresh store.
+
+    ``endless``: every answer runs to ``max_new_tokens`` (no stop token is ever picked),
+    for tests that press Stop while an answer streams."""
     from qwen_ui.store import ModelStore
     from tests.engine.conftest import TINY_ID
     from tests.engine.support import build_tiny_model
 
     home = factory.mktemp("home")
-    model = build_tiny_model(factory.mktemp("tiny") / "bf16")
+    model = build_tiny_model(factory.mktemp("tiny") / "bf16", endless=endless)
     ModelStore(home / "models").install(model, TINY_ID, "bf16")
     env = {
         "QWEN_UI_MODEL_ID": TINY_ID,

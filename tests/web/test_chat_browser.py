@@ -21,7 +21,7 @@ STOP = "#qwen-stop"  # shown in the Send button's place while an answer runs
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000)
+    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000, endless=True)
     yield process
     process.stop()
 

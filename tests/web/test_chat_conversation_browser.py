@@ -23,7 +23,7 @@ STAGES = "#qwen-chat .message.bot, #qwen-chat [data-testid='bot']"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000)
+    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000, endless=True)
     yield process
     process.stop()
 
@@ -143,6 +143,7 @@ def test_trash_clears_the_server_conversation(page: Page, tmp_path: Path) -> Non
     send(page, "Which image is red?")
     wait_text(page, "Answering")
     stop(page, 0)
+    settled(page)  # the stopped turn's last update is in (it names the conversation)
     page.click("#qwen-chat [data-qwen-label=label_clear]")  # named by static/a11y.js
     page.wait_for_function(
         "!document.querySelector('#qwen-chat').innerText.includes('Which image')",

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000)
+    process = tiny_model_server(tmp_path_factory, max_new_tokens=2000, endless=True)
     yield process
     process.stop()
 

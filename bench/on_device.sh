@@ -48,6 +48,8 @@ command_for() {
     prefill-dequant) echo "python3 bench/profile_prefill.py --prefill-dequant-rows 256 --workdir $W" ;;
     # training uses the device's own packages, not the carried site folder
     train-profile) echo "env -u PYTHONPATH python3 training/profile_train.py" ;;
+    batching-profile) echo "python3 bench/profile_batching.py --workdir $W" ;;
+    batching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q -x tests/engine/test_batching_gpu.py" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
     gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;
     *) return 1 ;;
@@ -56,7 +58,8 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision) echo 150 ;; gputests | qwen3-gputests) echo 240 ;; admission) echo 500 ;;
+    vision) echo 150 ;; gputests | qwen3-gputests | batching-gputests) echo 240 ;;
+    admission) echo 500 ;; batching-profile) echo 330 ;;
     qwen3) echo 560 ;; *) echo 400 ;;
     esac
 }

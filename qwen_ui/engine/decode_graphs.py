@@ -9,7 +9,10 @@ size records it: one eager pass, then the capture), reading the step's tokens an
 positions from fixed buffers and attending over the cache's whole length under the
 step's mask. Rows past the running sequences are padding: token 0 at position 0 of a
 free slot, which the next newcomer's prefill overwrites. The graphs share one memory
-pool; when the cache grows (new tensors), they are recorded again.
+pool; when the cache is allocated again (it grew, or was cleared while idle: its
+``version`` moved on), they are recorded again, into a new pool: the allocator keeps a
+pool whose graphs are all gone registered with no user while its blocks are cached, and
+asserts (``use_count > 0``) when a capture asks to share it.
 """
 
 from __future__ import annotations
@@ -38,13 +41,22 @@ class DecodeGraphs:
     """Recorded decode steps of ``model`` over ``cache``, by bucket (``record=False``
     runs the same fixed-buffer pass eagerly: the CPU tests' path)."""
 
-    def __init__(self, model: Any, cache: SlotCache, record: bool | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        cache: SlotCache,
+        record: bool | None = None,
+        forward: Callable[..., Any] | None = None,
+    ) -> None:
+        """``forward``: what the step calls in place of ``model`` (e.g. a compiled
+        ``model.forward``, recorded the same way)."""
         self.model = model
         self.cache = cache
         self.record = model.device.type == "cuda" if record is None else record
+        self.forward = forward or model
         self._pool: Any = None
         self._steps: dict[int, Recorded] = {}
-        self._tensors: int | None = None  # the cache tensors the graphs were recorded on
+        self._version: int | None = None  # the cache allocation the graphs were recorded on
 
     @property
     def buckets(self) -> list[int]:
@@ -54,9 +66,10 @@ class DecodeGraphs:
         """The next-token logits ``[n, vocab]`` of ``n`` running sequences (slots
         ``0 .. n - 1``), their keys and values written into the cache."""
         n = len(ids)
-        if self._tensors != id(self.cache.keys[0]):
+        if self._version != self.cache.version:
             self._steps.clear()
-            self._tensors = id(self.cache.keys[0])
+            self._pool = None  # the dropped graphs' pool may not be shared again
+            self._version = self.cache.version
         bucket = slot_bucket(n, self.cache.slots)
         pad = [0] * (bucket - n)
         fresh = bucket not in self._steps
@@ -80,7 +93,7 @@ class DecodeGraphs:
     def _forward(self, step: Recorded) -> torch.Tensor:
         kv_len = self.cache.length
         rows = step.ids.shape[0]
-        out = self.model(
+        out = self.forward(
             input_ids=step.ids,
             position_ids=step.rope.view(1, rows, 1).expand(3, rows, 1),
             cache=self.cache.step_cache(step.positions, kv_len),
@@ -101,9 +114,8 @@ class DecodeGraphs:
         return Recorded(step.ids, step.positions, step.rope, lambda: self._forward(step))
 
     def _capture(self, step: Recorded) -> Recorded:
-        """The first graph gets a private memory pool, which the later ones share (a
-        pool from ``torch.cuda.graph_pool_handle()`` failed an allocator assertion at
-        the first capture on the H200 with torch 2.11)."""
+        """The first graph of a cache allocation gets a private memory pool, which the
+        later ones share (see the module doc for why it is never shared past them)."""
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # allocates and warms up outside the capture

@@ -155,6 +155,9 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
         if q_len == 1 and attn.num_key_value_groups > 1 and torch.compiler.is_compiling():
             out = decode_attention(q, k, v, attention_mask, attn.scaling)
             return attn.o_proj(out.reshape(bsz, q_len, -1)), None
+        if packs(attn, q, attention_mask) and sliding_window is None:
+            out = packed_decode_attention(q, k, v, attention_mask, attn.scaling)
+            return attn.o_proj(out.reshape(bsz, q_len, -1)), None
         interface = functions.get_interface(attn.config._attn_implementation, eager)
         out, weights = interface(
             attn,
@@ -207,4 +210,33 @@ def decode_attention(
     # at 4,352 cache slots on the H200)
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     out = torch.matmul(probs, v)  # batch, kv heads, rows, dim
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2)
+
+
+def packs(attn: Any, q: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """Whether a step's attention goes to :func:`packed_decode_attention`: one query token,
+    grouped K/V heads, SDPA, and a mask shared by all heads (or none)."""
+    return (
+        q.shape[2] == 1
+        and attn.num_key_value_groups > 1
+        and attn.config._attn_implementation == "sdpa"
+        and (mask is None or (mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1))
+    )
+
+
+def packed_decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """Attention of one query token (``q``: batch, heads, 1, dim) over grouped K/V heads
+    through SDPA, the query heads of each K/V head passed as that head's query rows, so the
+    cache is read once per K/V head; ``mask`` (batch, 1, 1, length) broadcasts over heads
+    and rows. Transformers' SDPA path repeats the cache once per query head instead
+    whenever a mask is given (``repeat_kv``; newer releases pack the same way), which an
+    eager batched step pays per row over the whole slot length. Returns batch, 1, heads,
+    dim, as the attention interfaces do."""
+    batch, heads, _, dim = q.shape
+    rows = q.reshape(batch, k.shape[1], heads // k.shape[1], dim)
+    if mask is not None:
+        mask = mask[..., : k.shape[-2]]
+    out = torch.nn.functional.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=scale)
     return out.reshape(batch, heads, 1, dim).transpose(1, 2)

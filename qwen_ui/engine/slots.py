@@ -88,6 +88,9 @@ class SlotCache:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.view = StepView()
+        # counts the tensors' allocations: a step recorded on them (DecodeGraphs) holds
+        # their addresses and is stale once this moves on
+        self.version = 0
 
     @property
     def slots(self) -> int:
@@ -103,6 +106,7 @@ class SlotCache:
 
     def clear(self) -> None:
         self.keys, self.values = [], []
+        self.version += 1
 
     def ensure(self, rows: int, needed: int, like: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Room for ``rows`` sequences of up to ``needed`` positions; ``like``: one layer's
@@ -119,6 +123,7 @@ class SlotCache:
                 keys[i][: self.slots, :, : self.length].copy_(self.keys[i])
                 values[i][: self.slots, :, : self.length].copy_(self.values[i])
         self.keys, self.values = keys, values
+        self.version += 1
 
     def write(
         self, slot: int, layers: list[tuple[torch.Tensor, torch.Tensor]], row: int, n: int

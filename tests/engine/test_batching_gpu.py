@@ -21,7 +21,7 @@ import torch
 
 from qwen_ui.demo import scenes
 from qwen_ui.engine.batching import Batch, Sequence
-from qwen_ui.engine.generate import Generation, Outcome, SamplingOptions, run
+from qwen_ui.engine.generate import CACHE_BUCKET, Generation, Outcome, SamplingOptions, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import DEMO_MODEL_ID
@@ -55,10 +55,7 @@ def samples() -> list[scenes.Sample]:
 def references(
     demo: Loaded, samples: list[scenes.Sample], together: dict[str, list[list[int]]]
 ) -> list[list[int]]:
-    """Each sample's greedy tokens alone (the single-request eager loop), computed after
-    the batches: on the H200 (torch 2.11) the first decode graph's capture failed an
-    allocator assertion (``use_count > 0``) in a process that had run this loop (its
-    pinned-memory token ring) first, and recorded fine in the engine's batched path."""
+    """Each sample's greedy tokens alone (the single-request eager loop)."""
     out = []
     for sample in samples:
         tokens: list[int] = []
@@ -74,16 +71,18 @@ def together(demo: Loaded, samples: list[scenes.Sample]) -> dict[str, list[list[
     return {"eager": batched(demo, samples, False), "graphs": batched(demo, samples, True)}
 
 
-def batched(loaded: Loaded, samples: list[scenes.Sample], graphs: bool) -> list[list[int]]:
-    """Every sample's greedy tokens from one batch of at most 8, newcomers joining as
-    others end; the graphs' buckets are checked to have been recorded."""
+def batch_of(
+    loaded: Loaded, samples: list[scenes.Sample], graphs: bool, caps: dict[int, int] | None = None
+) -> tuple[Batch[Any], dict[int, Outcome]]:
+    """A batch of at most 8 whose entrant ``i`` is sample ``i`` (``caps[i]`` new tokens,
+    else 24), and where the sequences' outcomes go."""
     stops = frozenset(loaded.language.stop_ids)
     out: dict[int, Outcome] = {}
 
     def sequence(i: int) -> Sequence:
         return Sequence(
             prompt_for(loaded, samples[i]),
-            SamplingOptions(24),
+            SamplingOptions((caps or {}).get(i, 24)),
             stops,
             lambda _t: None,
             lambda outcome: out.__setitem__(i, outcome),
@@ -93,6 +92,13 @@ def batched(loaded: Loaded, samples: list[scenes.Sample], graphs: bool) -> list[
 
     model = loaded.language.model
     batch: Batch[Any] = Batch(8, lambda ids: [sequence(i) for i in ids], lambda: model, 0, graphs)
+    return batch, out
+
+
+def batched(loaded: Loaded, samples: list[scenes.Sample], graphs: bool) -> list[list[int]]:
+    """Every sample's greedy tokens from one batch of at most 8, newcomers joining as
+    others end; the graphs' buckets are checked to have been recorded."""
+    batch, out = batch_of(loaded, samples, graphs)
     for i in range(len(samples)):
         batch.enter(i)
     while batch.busy:
@@ -100,6 +106,33 @@ def batched(loaded: Loaded, samples: list[scenes.Sample], graphs: bool) -> list[
     if graphs:
         assert batch._graphs is not None and batch._graphs.record and 8 in batch._graphs.buckets
     return [out[i].tokens for i in range(len(samples))]
+
+
+def test_graphs_are_recorded_again_when_the_cache_grows(
+    demo: Loaded, samples: list[scenes.Sample]
+) -> None:
+    """A newcomer that needs a longer cache than the running ones makes the cache grow:
+    every bucket is recorded again on the new tensors, into a new memory pool (sharing the
+    dropped graphs' pool failed the allocator's ``use_count > 0`` assertion at the next
+    capture), and the steps keep replaying graphs; the batch runs dry and starts again."""
+    long = 3 * CACHE_BUCKET
+    batch, out = batch_of(demo, samples, True, caps={8: long, 9: 8})
+    for i in range(8):
+        batch.enter(i)
+    for _ in range(4):
+        batch.step()
+    graphs = batch._graphs
+    assert graphs is not None and graphs.record and 8 in graphs.buckets
+    length = batch.cache.length
+    batch.enter(8)  # joins as the first of the others ends, at a longer cache
+    while batch.busy:
+        batch.step()
+    assert batch.cache.length > length and batch._graphs is graphs and graphs.record
+    assert len(out[8].tokens) == long or out[8].finish_reason == "stop"
+    batch.enter(9)  # an idle batch dropped its cache: allocated again, recorded again
+    while batch.busy:
+        batch.step()
+    assert graphs.record and graphs.buckets == [1] and 9 in out
 
 
 @pytest.mark.parametrize("step", ["eager", "graphs"])

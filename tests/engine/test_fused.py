@@ -15,7 +15,7 @@ from PIL import Image
 from qwen_ui.engine import fused as fused_module
 from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.engine import Engine
-from qwen_ui.engine.fused import decode_attention
+from qwen_ui.engine.fused import decode_attention, packed_decode_attention
 from qwen_ui.engine.generate import (
     CachePool,
     DecodeMode,
@@ -110,8 +110,11 @@ def test_the_setting_reaches_the_engine(tmp_path: Path, tiny_store: ModelStore) 
     assert Settings(home=tmp_path).fuse_projections is True  # on by default
 
 
+@pytest.mark.parametrize("attention", [decode_attention, packed_decode_attention])
 @pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
-def test_decode_attention_is_sdpa_over_repeated_heads(mask_kind: str) -> None:
+def test_decode_attention_is_sdpa_over_repeated_heads(
+    mask_kind: str, attention: Callable[..., torch.Tensor]
+) -> None:
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 6, 1, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
     mask = None
@@ -128,7 +131,7 @@ def test_decode_attention_is_sdpa_over_repeated_heads(mask_kind: str) -> None:
         attn_mask=None if mask is None else mask[..., :9],
         scale=0.25,
     ).transpose(1, 2)
-    out = decode_attention(q, k, v, mask, 0.25)
+    out = attention(q, k, v, mask, 0.25)
     assert out.shape == (2, 1, 6, 16)
     torch.testing.assert_close(out, reference)
 
@@ -149,9 +152,25 @@ def test_compiled_static_steps_give_the_same_tokens(
     assert calls  # the path ran (while tracing)
 
 
-def counting(calls: list[int]) -> Callable[..., torch.Tensor]:
+def test_eager_static_steps_pack_the_query_heads(
+    pair: tuple[Loaded, Loaded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An eager step with a mask (the static cache's; the batch's slots') takes
+    :func:`packed_decode_attention`, not repeat_kv, and keeps the unfused model's tokens."""
+    reference = greedy(pair[0], "static")
+    calls: list[int] = []
+    monkeypatch.setattr(
+        fused_module, "packed_decode_attention", counting(calls, packed_decode_attention)
+    )
+    assert greedy(pair[1], "static") == reference
+    assert calls
+
+
+def counting(
+    calls: list[int], attention: Callable[..., torch.Tensor] = decode_attention
+) -> Callable[..., torch.Tensor]:
     def wrapped(*args: Any) -> torch.Tensor:
         calls.append(1)
-        return decode_attention(*args)
+        return attention(*args)
 
     return wrapped

@@ -86,6 +86,8 @@ class Draw:
     langs: tuple[scenes.Lang, ...] = scenes.LANGS
     yes_no_share: float = 0.5
     weights: dict[str, float] = field(default_factory=dict)
+    follow_up_share: float = 0.0  # single-image samples given follow-up turns (train.py's)
+    follow_ups: int = 1
 
     def pairs(self) -> tuple[list[tuple[str, scenes.Lang]], list[float]]:
         return train.weighted_pairs(self.kinds, self.weights, self.langs)
@@ -98,7 +100,10 @@ def training_sample(index: int, draw: Draw = Draw()) -> scenes.Sample:
     seed = SEED_BASE + index
     rng = random.Random(seed)  # noqa: S311
     kind, lang = rng.choices(*draw.pairs())[0]
-    return scenes.sample(seed, kind, lang, yes_no_share=draw.yes_no_share)
+    item = scenes.sample(seed, kind, lang, yes_no_share=draw.yes_no_share)
+    if rng.random() < draw.follow_up_share:
+        return scenes.with_follow_up(item, draw.follow_ups)
+    return item
 
 
 def held_out(n: int, draw: Draw) -> list[scenes.Sample]:
@@ -296,12 +301,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default={},
         help="sampling weights, as train.py's (count=2,spatial:en=4; others 1)",
     )
+    p.add_argument(
+        "--follow-up-share",
+        type=train.parse_share,
+        default=0.0,
+        help="share of single-image training samples with follow-up turns (train.py's)",
+    )
+    p.add_argument("--follow-ups", type=int, default=1, help="follow-up turns in each (1 to 4)")
     return p.parse_args(argv)
 
 
 def draw_of(args: argparse.Namespace) -> Draw:
     langs = tuple(lang for lang in scenes.LANGS if lang in args.langs.split(","))
-    return Draw(tuple(args.kinds.split(",")), langs, args.yes_no_share, args.kind_weights)
+    return Draw(
+        tuple(args.kinds.split(",")),
+        langs,
+        args.yes_no_share,
+        args.kind_weights,
+        args.follow_up_share,
+        args.follow_ups,
+    )
 
 
 def run(args: argparse.Namespace) -> None:

@@ -101,6 +101,19 @@ def test_langs_and_yes_no_share_steer_the_drawn_samples() -> None:
     assert train.held_out_samples(16) == scenes.held_out(16, tune_lm.HELD_OUT_SET)
 
 
+def test_follow_up_share_gives_single_image_samples_more_turns() -> None:
+    args = ["--init", "x", "--out", "y", "--kinds", "colour,off_grammar"]
+    draw = tune_lm.draw_of(
+        tune_lm.parse_args([*args, "--follow-up-share", "1", "--follow-ups", "2"])
+    )
+    assert (draw.follow_up_share, draw.follow_ups) == (1.0, 2)
+    drawn = [tune_lm.training_sample(i, draw) for i in range(20)]
+    assert {s.kind for s in drawn} == {"colour", "off_grammar"}
+    assert all(len(s.follow_ups) == 2 for s in drawn if len(s.scenes) == 1)
+    plain = tune_lm.draw_of(tune_lm.parse_args(args))
+    assert all(not tune_lm.training_sample(i, plain).follow_ups for i in range(20))
+
+
 def test_rows_carry_the_yes_no_key(init: Path) -> None:
     encoder, model = train.Encoder(init), tune_lm.load_model(init).eval()
     samples = train.held_out_samples(48, ("spatial", "exists"))

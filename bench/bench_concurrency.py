@@ -2,6 +2,7 @@
 and a stock peer (transformers ``generate``, batched, static cache) in one run.
 
     python bench/bench_concurrency.py                      # H200: 7B architecture, AWQ layout
+    python bench/bench_concurrency.py --arch qwen3-8b      # H200: Qwen3-VL-8B architecture
     python bench/bench_concurrency.py --a10                # 22 GiB profile: 16 and 32 users
     python bench/bench_concurrency.py --arch tiny --device cpu --users 1,8 --new-tokens 16
 
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _checkpoints import A10_LIMIT, DirStore, arch_checkpoint, limit_device_memory
+from _checkpoints import A10_LIMIT, ARCH, DirStore, arch_checkpoint, limit_device_memory
 from bench_decode import _free, _peak, _reset_peak, image_bytes, stock_model
 from PIL import Image
 from transformers import AutoProcessor
@@ -334,7 +335,7 @@ def _ints(text: str) -> list[int]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--arch", default="7b", help="7b, 3b or tiny (bench/_checkpoints.py)")
+    p.add_argument("--arch", choices=sorted(ARCH), default="7b", help="see bench/_checkpoints.py")
     p.add_argument("--device", default="cuda" if cuda else "cpu")
     p.add_argument("--users", type=_ints, default=[1, 4, 8, 16, 32], help="arriving together")
     p.add_argument("--poisson-users", type=_ints, default=[16], help="arriving as a stream")

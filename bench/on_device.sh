@@ -40,6 +40,7 @@ command_for() {
     7b-graphs) echo "python3 bench/bench_decode.py --arch 7b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     3b-graphs) echo "python3 bench/bench_decode.py --arch 3b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     qwen3) echo "python3 bench/bench_decode.py --arch 7b,qwen3-8b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
+    qwen3-concurrency) echo "python3 bench/bench_concurrency.py --arch qwen3-8b --users 1,8 --poisson-users , --max-images 1 --new-tokens 128 --skip-stock --workdir $W" ;;
     qwen3-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_qwen3.py" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
@@ -60,7 +61,7 @@ cap_for() {
     case $1 in
     vision) echo 150 ;; gputests | qwen3-gputests | batching-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile) echo 330 ;;
-    qwen3) echo 560 ;; *) echo 400 ;;
+    qwen3) echo 560 ;; qwen3-concurrency) echo 180 ;; *) echo 400 ;;
     esac
 }
 

@@ -14,8 +14,8 @@ The resized size comes from the processor itself: the grid its vision tower was 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from qwen_ui.engine.boxes import Family, ParsedAnswer, RawBox, parse_boxes
@@ -57,7 +57,8 @@ class ImageGeometry:
 
 @dataclass(frozen=True)
 class Box:
-    """A box on the original file's pixel grid; ``image`` 1-based in the turn's images."""
+    """A box on the original file's pixel grid; ``image``: its image's number (1-based;
+    in the conversation's images for an answer's boxes)."""
 
     image: int
     label: str
@@ -86,15 +87,22 @@ def to_original(raw: RawBox, geometry: ImageGeometry, family: Family) -> Box:
     return Box(raw.image or 1, raw.label, box)
 
 
-def locate(parsed: ParsedAnswer, geometries: Sequence[ImageGeometry], family: Family) -> list[Box]:
-    """Every parsed box that lands on its image, mapped; a box for an image that is not in
-    ``geometries`` or that falls wholly outside its image is dropped."""
+def locate(
+    parsed: ParsedAnswer,
+    geometries: Mapping[int, ImageGeometry],
+    family: Family,
+    default: int | None = 1,
+) -> list[Box]:
+    """Every parsed box that lands on its image, mapped; ``geometries`` by image number,
+    ``default`` the number of the image a box that names none is on. A box for an image
+    that is not in ``geometries`` or that falls wholly outside its image is dropped."""
     out: list[Box] = []
     for raw in parsed.boxes:
-        index = raw.image or 1
-        if not 1 <= index <= len(geometries):
+        number = raw.image or default
+        geometry = geometries.get(number) if number is not None else None
+        if number is None or geometry is None:
             continue
-        box = to_original(raw, geometries[index - 1], family)
+        box = replace(to_original(raw, geometry, family), image=number)
         if not box.empty:
             out.append(box)
     return out
@@ -131,27 +139,74 @@ def _orient(x: int, y: int, size: tuple[int, int], orientation: int) -> tuple[in
             return x, y
 
 
-def locate_answer(
-    answer: str,
-    family: Family | None,
-    blobs: Sequence[bytes],
-    grids: Sequence[Sequence[int]],
+@dataclass(frozen=True)
+class SeenImage:
+    """An image of the prompt: its number in the conversation (1-based, as the page and
+    the prompt's labels count), its file's sha256 and the vision tower's patch grid."""
+
+    number: int
+    sha256: str
+    grid: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class PromptImages:
+    """The images an answer may locate things on: the prompt's, in its order (the
+    conversation's latest ones), ``turn`` of the last of them brought by the question
+    asked now (new, or put back by a retry or an edit)."""
+
+    images: tuple[SeenImage, ...]
+    turn: int
+
+    @property
+    def about(self) -> SeenImage | None:
+        """The image a box that names none is on: the question's own image when it has
+        one; without any, the prompt's only image; None when that is ambiguous."""
+        if self.turn == 1 or (self.turn == 0 and len(self.images) == 1):
+            return self.images[-1]
+        return None
+
+    def numbered(self, number: int) -> SeenImage | None:
+        return next((image for image in self.images if image.number == number), None)
+
+
+def find_boxes(answer: str, family: Family | None, seen: PromptImages) -> ParsedAnswer | None:
+    """The answer's boxes on the prompt's images (an image named by its number in the
+    conversation); None when it has none. With several images and no single one the
+    question is about, a box that names no image stays text."""
+    if family is None or not seen.images:
+        return None
+    highest = max(image.number for image in seen.images)
+    parsed = parse_boxes(answer, family, images=highest, unnamed=seen.about is not None)
+    return parsed if parsed.boxes else None
+
+
+def images_of(parsed: ParsedAnswer, seen: PromptImages) -> list[SeenImage]:
+    """The prompt's images that ``parsed``'s boxes are on (each once, in prompt order)."""
+    about = seen.about
+    numbers = {raw.image or (about.number if about else 0) for raw in parsed.boxes}
+    return [image for image in seen.images if image.number in numbers]
+
+
+def locate_seen(
+    parsed: ParsedAnswer,
+    seen: PromptImages,
+    files: Mapping[str, bytes],
+    family: Family,
     patch: int,
-) -> tuple[str, list[Box]]:
-    """The answer with its boxes as labels, and the boxes on the original files (``blobs``,
-    the turn's images, which are the last of the prompt's ``grids``); the answer as it is
-    when it has none. The files' EXIF facts are read again from their headers: admission
-    may have downscaled the pixels the model saw."""
-    if family is None or not blobs or len(grids) < len(blobs):
-        return answer, []
-    parsed = parse_boxes(answer, family, images=len(blobs))
-    if not parsed.boxes:
-        return answer, []
-    geometries = []
-    for data, grid in zip(blobs, grids[len(grids) - len(blobs) :], strict=True):
-        size, orientation = upright_of(data)
-        geometries.append(ImageGeometry.of_grid(size, orientation, grid, patch))
-    return parsed.text, locate(parsed, geometries, family)
+) -> list[Box]:
+    """``parsed``'s boxes on the original files (``files`` by sha256; a box on an image
+    whose file is missing is dropped), each naming its image by its number in the
+    conversation. The files' EXIF facts are read again from their headers: admission may
+    have downscaled the pixels the model saw."""
+    geometries = {}
+    for image in images_of(parsed, seen):
+        data = files.get(image.sha256)
+        if data is not None:
+            size, orientation = upright_of(data)
+            geometries[image.number] = ImageGeometry.of_grid(size, orientation, image.grid, patch)
+    about = seen.about
+    return locate(parsed, geometries, family, about.number if about else None)
 
 
 def _scale(geometry: ImageGeometry, family: Family) -> tuple[float, float]:

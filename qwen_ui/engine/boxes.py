@@ -60,16 +60,29 @@ class ParsedAnswer:
     boxes: tuple[RawBox, ...]
 
 
-def parse_boxes(text: str, family: Family, images: int = 1) -> ParsedAnswer:
+@dataclass(frozen=True)
+class _Images:
+    """What a box may say about its image: the highest number it may name, and whether it
+    may name none."""
+
+    highest: int
+    unnamed: bool
+
+
+def parse_boxes(
+    text: str, family: Family, images: int = 1, unnamed: bool | None = None
+) -> ParsedAnswer:
     """The boxes of ``text`` in ``family``'s format, and the text with them as labels.
 
-    ``images``: how many images the answer is about. With several, a box must name its
-    image (1 to ``images``) to count; one that does not is left in the text. An image
-    number out of range always leaves the box as text.
+    ``images``: the highest image number a box may name (1 to ``images``); a number out of
+    that range always leaves the box as text. ``unnamed``: whether a box that names no
+    image counts (by default only with one image); one that does not count is left in
+    the text.
     """
+    scope = _Images(max(images, 1), images <= 1 if unnamed is None else unnamed)
     if family == "qwen2_vl":
-        return _parse_tags(text, images)
-    return _parse_json(text, images)
+        return _parse_tags(text, scope)
+    return _parse_json(text, scope)
 
 
 # --- Qwen2-VL: special-token tags ----------------------------------------------------------
@@ -82,9 +95,9 @@ _ONE_BOX = re.compile(_BOX)
 _LONE_REF = re.compile(_REF, re.DOTALL)
 
 
-def _parse_tags(text: str, images: int) -> ParsedAnswer:
-    """Tags never name an image: with several images, nothing is parsed."""
-    if images > 1:
+def _parse_tags(text: str, images: _Images) -> ParsedAnswer:
+    """Tags never name an image: where a box must name one, nothing is parsed."""
+    if not images.unnamed:
         return ParsedAnswer(text, ())
     boxes: list[RawBox] = []
 
@@ -137,7 +150,7 @@ class _Found:
     rest: tuple[Any, ...]
 
 
-def _parse_json(text: str, images: int) -> ParsedAnswer:
+def _parse_json(text: str, images: _Images) -> ParsedAnswer:
     pieces: list[str] = []
     boxes: list[RawBox] = []
     position = 0
@@ -150,7 +163,7 @@ def _parse_json(text: str, images: int) -> ParsedAnswer:
     return ParsedAnswer("".join(pieces), tuple(boxes))
 
 
-def _json_values(text: str, images: int) -> Iterator[_Found]:
+def _json_values(text: str, images: _Images) -> Iterator[_Found]:
     """Box-holding JSON values in ``text``, left to right: a fenced block whose whole
     content is box JSON (the fence goes with it), else any JSON value found by scanning."""
     position = 0
@@ -163,7 +176,7 @@ def _json_values(text: str, images: int) -> Iterator[_Found]:
         position = found.end
 
 
-def _fenced_at(text: str, position: int, images: int) -> _Found | None:
+def _fenced_at(text: str, position: int, images: _Images) -> _Found | None:
     if not text.startswith("```", position):
         return None
     match = _FENCE.match(text, position)
@@ -177,7 +190,7 @@ def _fenced_at(text: str, position: int, images: int) -> _Found | None:
     return found if found is not None and not found.rest else None
 
 
-def _bare_at(text: str, position: int, images: int) -> _Found | None:
+def _bare_at(text: str, position: int, images: _Images) -> _Found | None:
     if text[position] not in "[{":
         return None
     try:
@@ -187,7 +200,7 @@ def _bare_at(text: str, position: int, images: int) -> _Found | None:
     return _classify(value, position, end, images)
 
 
-def _classify(value: Any, start: int, end: int, images: int) -> _Found | None:
+def _classify(value: Any, start: int, end: int, images: _Images) -> _Found | None:
     """Boxes in a JSON value (one box object, or a list with at least one), else None."""
     items = value if isinstance(value, list) else [value]
     boxes: list[RawBox] = []
@@ -203,7 +216,7 @@ def _classify(value: Any, start: int, end: int, images: int) -> _Found | None:
     return _Found(start, end, tuple(boxes), tuple(rest))
 
 
-def _json_box(item: Any, images: int) -> RawBox | None:
+def _json_box(item: Any, images: _Images) -> RawBox | None:
     if not isinstance(item, dict):
         return None
     coords = item.get("bbox_2d")
@@ -214,19 +227,19 @@ def _json_box(item: Any, images: int) -> RawBox | None:
     if box is None or not isinstance(label, str):
         return None
     image = _image_of(item, images)
-    if image is False or (image is None and images > 1):
+    if image is False or (image is None and not images.unnamed):
         return None
     return RawBox(label.strip(), box, image)
 
 
-def _image_of(item: dict[str, Any], images: int) -> int | Literal[False] | None:
+def _image_of(item: dict[str, Any], images: _Images) -> int | Literal[False] | None:
     """The 1-based image number an object names (None: none named; False: a bad one)."""
     for key in _IMAGE_KEYS:
         if key in item:
             value = item[key]
             if isinstance(value, bool) or not isinstance(value, int):
                 return False
-            return value if 1 <= value <= max(images, 1) else False
+            return value if 1 <= value <= images.highest else False
     return None
 
 

@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -41,7 +41,14 @@ from qwen_ui.engine.answering import (
 )
 from qwen_ui.engine.batching import Batch
 from qwen_ui.engine.batching import Sequence as BatchSequence
-from qwen_ui.engine.box_mapping import locate_answer
+from qwen_ui.engine.box_mapping import (
+    Box,
+    PromptImages,
+    SeenImage,
+    find_boxes,
+    images_of,
+    locate_seen,
+)
 from qwen_ui.engine.cache import CacheKey, Embedding, EmbeddingCache
 from qwen_ui.engine.conversations import (
     Conversation,
@@ -54,6 +61,7 @@ from qwen_ui.engine.errors import (
     SEED_MAX,
     AnswerFailed,
     BadOption,
+    ConversationNotFound,
     NoImage,
     NoQuestion,
     QuestionTooLong,
@@ -299,8 +307,8 @@ class Engine:
             async for event in self._decode(request.images, checked, conversation):
                 yield event
             stateless = request.history is not None  # earlier turns come with the request
+            blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
             if checked and not stateless:  # the images belong to the conversation from now on
-                blobs = dict(zip((c.sha256 for c in checked), request.images, strict=True))
                 await self.conversations.attach(conversation, blobs)
                 kept = conversation.id
             if not question:
@@ -331,7 +339,8 @@ class Engine:
                     yield event
             result = job.result
             outcome = "cancelled" if result.outcome.finish_reason == "cancelled" else "done"
-            done = await self._finish(request, conversation, checked, plan, result)
+            files = {**history.images, **blobs}
+            done = await self._finish(request, conversation, checked, plan, result, files)
             yield done
         except QwenUIError as exc:
             log.info("request %s failed: %s", request.request_id, exc.code)
@@ -552,6 +561,7 @@ class Engine:
         checked: Sequence[image_checks.CheckedImage],
         plan: Plan,
         result: WorkResult,
+        files: dict[str, bytes],
     ) -> Event:
         for key, embedding in result.new_embeddings:
             await self.cache.put_remote(key, embedding)
@@ -568,9 +578,7 @@ class Engine:
             "length" if result.outcome.finish_reason == "length" else "stop"
         )
         result.timings["total"] = round(time.perf_counter() - plan.started, 4)
-        text, boxes = await asyncio.to_thread(
-            locate_answer, result.answer, result.family, request.images, result.grids, result.patch
-        )
+        text, boxes = await self._locate(request.tenant, plan, result, files)
         return Done(
             answer=result.answer,
             conversation_id=conversation.id,
@@ -584,6 +592,33 @@ class Engine:
             boxes=[box.to_dict() for box in boxes],
             answer_text=text,
         )
+
+    async def _locate(
+        self, tenant: str, plan: Plan, result: WorkResult, files: dict[str, bytes]
+    ) -> tuple[str, list[Box]]:
+        """The answer with its boxes as labels, and the boxes on the original files of the
+        prompt's images, each naming its image by its number in the conversation: a
+        question asked again over images already in the conversation (a retry, an edit,
+        a follow-up) locates on them too. Files not at hand are read from the store."""
+        seen = PromptImages(
+            tuple(
+                SeenImage(item.number, item.key.sha256, grid)
+                for item, grid in zip(plan.images, result.grids, strict=False)
+            ),
+            plan.turns[-1].image_count if plan.turns else 0,
+        )
+        parsed = await asyncio.to_thread(find_boxes, result.answer, result.family, seen)
+        if parsed is None or result.family is None:
+            return result.answer, []
+        found = dict(files)
+        for image in images_of(parsed, seen):
+            if image.sha256 not in found:
+                with suppress(ConversationNotFound):  # expired: its boxes are dropped
+                    found[image.sha256] = await self.conversations.image(tenant, image.sha256)
+        boxes = await asyncio.to_thread(
+            locate_seen, parsed, seen, found, result.family, result.patch
+        )
+        return parsed.text, boxes
 
     def _observe(self, result: WorkResult) -> None:
         t = result.timings

@@ -103,8 +103,9 @@ class Done(Event):
 
     ``model``: the model that answered, ``OWNER/NAME@REV``.
     ``boxes``: where the answer located things, ``{"image": i, "label": ..., "box": [x1, y1,
-    x2, y2]}`` with ``i`` 1-based in the request's images and the box in that file's own
-    pixels (see :mod:`qwen_ui.engine.box_mapping`); ``answer_text``: the answer with those
+    x2, y2]}`` with ``i`` the image's 1-based number in the conversation (a stateless
+    request's: in its messages' images) and the box in that file's own pixels (see
+    :mod:`qwen_ui.engine.box_mapping`); ``answer_text``: the answer with those
     boxes written as their labels (``answer`` itself when it has none).
     """
 

@@ -16,11 +16,10 @@ from typing import Any
 import gradio as gr
 
 from qwen_ui.lang import Lang
-from qwen_ui.models.refs import ModelRef
 from qwen_ui.services import Services
 from qwen_ui.settings import Settings
 from qwen_ui.texts import t
-from qwen_ui.web.scope import declared_scope
+from qwen_ui.web.scope import model_scope
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +55,5 @@ def _choices(names: list[str], lang: Lang) -> list[tuple[str, str]]:
 
 def scope_note(services: Services, model: str, lang: Lang) -> str:
     """What ``model`` is for, in ``lang``, as it declares it; empty when it says nothing."""
-    try:
-        ref = ModelRef.parse(model)
-    except ValueError:
-        return ""
-    update = {"model_id": ref.model_id, "model_revision": ref.revision, "models": ""}
-    scope = declared_scope(services.settings.model_copy(update=update))
+    scope = model_scope(services.settings, model)
     return scope[lang] if scope else ""

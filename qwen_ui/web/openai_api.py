@@ -8,7 +8,7 @@ session; the token is checked before the body is read. Errors use OpenAI's error
 
 Extension, always present and ignored by stock clients: the boxes the answer located
 (grounding), ``{"image": i, "label": "…", "box": [x1, y1, x2, y2]}`` on the original image
-files' pixels, ``i`` 1-based among the images of the last user message: in
+files' pixels, ``i`` 1-based among all the images of the request's messages, in order: in
 ``choices[0].message.boxes``, and when streaming in ``choices[0].delta.boxes`` of the chunk
 that carries ``finish_reason`` (``[]`` when none, or when a stop sequence ended the answer).
 The ``content`` stays the model's own words.

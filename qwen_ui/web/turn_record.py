@@ -10,7 +10,6 @@ Stateless requests (``/v1/chat/completions``) store nothing.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from qwen_ui.engine.conversations import ConversationStore
 from qwen_ui.engine.engine import AskRequest
+from qwen_ui.engine.errors import ConversationNotFound
 from qwen_ui.engine.events import Done, Event, Stage
 from qwen_ui.settings import Settings
 
@@ -44,17 +44,15 @@ def stage_entry(stage: Stage) -> dict[str, Any]:
     return {key: body[key] for key in _STAGE_KEYS if body.get(key)} | {"stage": stage.stage}
 
 
-def boxes_on_files(
-    boxes: Sequence[dict[str, Any]], images: Sequence[bytes]
-) -> list[dict[str, Any]]:
-    """The ``done`` event's boxes (``image`` 1-based in the request's images) with their
-    image named by sha256, the way the conversation names its images."""
-    shas = [hashlib.sha256(data).hexdigest() for data in images]
+def boxes_on_files(boxes: Sequence[dict[str, Any]], images: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``done`` event's boxes (``image``: 1-based in the conversation's ``images``,
+    their sha256 in order) with their image named by sha256, the way the conversation
+    names its images."""
     out = []
     for box in boxes:
         index = int(box["image"]) - 1
-        if 0 <= index < len(shas):
-            out.append({"sha256": shas[index], "label": box["label"], "box": list(box["box"])})
+        if 0 <= index < len(images):
+            out.append({"sha256": images[index], "label": box["label"], "box": list(box["box"])})
     return out
 
 
@@ -90,12 +88,18 @@ class TurnLog:
     async def _describe(
         self, store: ConversationStore, request: AskRequest, done: Done, settings: Settings
     ) -> bool:
+        images: list[str] = []
+        if done.boxes:  # numbered in the conversation's images
+            try:
+                images = (await store.get(request.owner, done.conversation_id)).images
+            except ConversationNotFound:
+                return False
         return await store.describe(
             request.owner,
             done.conversation_id,
             done.answer,
             answer_text=done.answer_text if done.answer_text != done.answer else "",
-            boxes=boxes_on_files(done.boxes, request.images),
+            boxes=boxes_on_files(done.boxes, images),
             stages=self.stages,
             timings=dict(done.timings),
             model=model_of(done, settings),

@@ -53,7 +53,7 @@ from qwen_ui.web.history import (
 from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
 from qwen_ui.web.model_picker import build_model_picker, picker_update
 from qwen_ui.web.oss_panel import build_oss_panel
-from qwen_ui.web.scope import declared_scope
+from qwen_ui.web.scope import declared_scope, is_demo, model_scope
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,9 @@ class Page:
     question: gr.MultimodalTextbox
     stop: gr.Button
     new_chat: gr.Button
-    examples: dict[str, Any] = field(default_factory=dict)  # per language (demo model)
+    examples: dict[str, Any] = field(default_factory=dict)  # per language: scope, examples
+    scopes: dict[Lang, Any] = field(default_factory=dict)  # the default model's scope note
+    demo_examples: dict[Lang, Any] = field(default_factory=dict)  # the demo's example prompts
     show_boxes: Any = None  # gr.Checkbox: boxes drawn on located images (chat_tools)
     export_links: Any = None  # gr.HTML: the open conversation's export (chat_tools)
     model: Any = None  # the model picker (qwen_ui.web.model_picker)
@@ -139,6 +141,7 @@ class Page:
         """What a language change relabels."""
         fixed = [self.header, self.picker, self.status, self.chat, self.question, self.stop]
         fixed += [self.new_chat, self.logout, self.demo_note, *self.examples.values()]
+        fixed += [*self.scopes.values(), *self.demo_examples.values()]
         return [*fixed, self.history, self.title_box, self.rename, self.delete, self.model]
 
     @property
@@ -217,8 +220,7 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         new_chat = gr.Button(t("new_chat", "en"), elem_id="qwen-new-chat", scale=0)
         show_boxes = chat_tools.show_boxes_box()
     build_oss_panel(app, blocks, question)
-    examples = _examples_and_scope(settings, question)
-    examples = {code: examples.get(code, gr.Column(visible=False)) for code in LANGS}
+    about = _examples_and_scope(settings, question)
     return Page(
         lang=lang,
         conversation=conversation,
@@ -236,7 +238,9 @@ def _layout(app: FastAPI, settings: Settings, blocks: gr.Blocks) -> Page:
         question=question,
         stop=stop,
         new_chat=new_chat,
-        examples=examples,
+        examples=about.columns,
+        scopes=about.scopes,
+        demo_examples=about.demo,
         show_boxes=show_boxes,
         export_links=export_links,
         model=model,
@@ -519,32 +523,70 @@ def merged(*updates: dict[Any, Any]) -> dict[Any, Any]:
     return out
 
 
-def _examples_and_scope(settings: Settings, question: gr.MultimodalTextbox) -> dict[str, gr.Column]:
-    """One block per language, shown with the page in that language: the scope the model
-    declares (:mod:`qwen_ui.web.scope`) and, for the demo model, example prompts and
-    images from its grammar. Empty when the model has neither."""
+@dataclass
+class AboutModel:
+    """What the page says about the default model, one block per language (shown with the
+    page in that language): its scope note and, for the demo model, example prompts."""
+
+    columns: dict[str, gr.Column]
+    scopes: dict[Lang, gr.Markdown]
+    demo: dict[Lang, gr.Column]  # empty when the demo model was not offered at start
+
+
+def _examples_and_scope(settings: Settings, question: gr.MultimodalTextbox) -> AboutModel:
+    """The blocks as the start's default model fills them; each page load shows the
+    default's of that moment (:func:`_about_default`). The demo's examples are built when
+    the demo model is offered at start (they take a while to draw)."""
     scope = declared_scope(settings)
-    if scope is None and not settings.is_demo_model:
-        return {}
-    blocks: dict[str, gr.Column] = {}
+    demo = settings.engine == "local" and any(is_demo(m) for m in settings.model_refs)
+    about = AboutModel({}, {}, {})
     for code in LANGS:
-        with gr.Column(visible=code == "en", elem_id=f"qwen-examples-{code}") as column:
-            if scope is not None:
-                gr.Markdown(
-                    f"**{t('scope', code)}:** {scope[code]}",
-                    elem_id=f"qwen-scope-{code}",
-                    elem_classes="qwen-scope",
-                )
-            if settings.is_demo_model:
-                found = demo_examples(settings.home / "examples", code)
-                gr.Examples(
-                    [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
-                    inputs=[question],
-                    label=t("examples", code),
-                    examples_per_page=len(found),
-                )
-        blocks[code] = column
-    return blocks
+        filled = scope is not None or (demo and settings.is_demo_model)
+        with gr.Column(visible=code == "en" and filled, elem_id=f"qwen-examples-{code}") as column:
+            about.scopes[code] = gr.Markdown(
+                _scope_text(scope, code),
+                visible=scope is not None,
+                elem_id=f"qwen-scope-{code}",
+                elem_classes="qwen-scope",
+            )
+            if demo:
+                with gr.Column(visible=settings.is_demo_model) as shown:
+                    found = demo_examples(settings.home / "examples", code)
+                    gr.Examples(
+                        [{"text": e.question, "files": [str(p) for p in e.images]} for e in found],
+                        inputs=[question],
+                        label=t("examples", code),
+                        examples_per_page=len(found),
+                    )
+                about.demo[code] = shown
+        about.columns[code] = column
+    return about
+
+
+def _scope_text(scope: dict[Lang, str] | None, lang: Lang) -> str:
+    return f"**{t('scope', lang)}:** {scope[lang]}" if scope else ""
+
+
+def _about_default(app: FastAPI, page: Page, lang: Lang) -> dict[Any, Any]:
+    """The demo notice, scope note and examples of the model that is the default now
+    (after ``qwen-ui models activate`` or ``SIGHUP``, not the one of the start)."""
+    services = services_of(app)
+    default = services.models.default.name
+    scope = model_scope(services.settings, default)
+    demo = is_demo(default)
+    filled = scope is not None or (demo and bool(page.demo_examples))
+    return {
+        page.demo_note: gr.update(value=DEMO_NOTICE[lang], visible=demo),
+        **{
+            column: gr.update(visible=code == lang and filled)
+            for code, column in page.examples.items()
+        },
+        **{
+            note: gr.update(value=_scope_text(scope, code), visible=scope is not None)
+            for code, note in page.scopes.items()
+        },
+        **{shown: gr.update(visible=demo) for shown in page.demo_examples.values()},
+    }
 
 
 def _header(lang: Lang) -> str:
@@ -564,8 +606,7 @@ def _relabel(app: FastAPI, page: Page, lang: Lang, who: str) -> dict[Any, Any]:
         page.stop: gr.update(value=t("stop", lang)),
         page.new_chat: gr.update(value=t("new_chat", lang)),
         page.logout: gr.update(value=logout_html(services_of(app).settings, lang, who)),
-        page.demo_note: gr.update(value=DEMO_NOTICE[lang]),
-        **{column: gr.update(visible=code == lang) for code, column in page.examples.items()},
+        **_about_default(app, page, lang),
         page.history: gr.update(label=t("history", lang)),
         page.title_box: gr.update(label=t("title_label", lang)),
         page.rename: gr.update(value=t("rename", lang)),

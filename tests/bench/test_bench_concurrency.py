@@ -63,6 +63,31 @@ def test_tiny_cpu_run_reports_every_figure(
     assert all(r["new_tokens"] == 4 * r["users"] for r in stock)
 
 
+def test_qwen3_architecture_runs_through_engine_and_stock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--arch qwen3-tiny``: the Qwen3-VL layout (DeepStack, 16-px patches) through the
+    engine and the stock batched ``generate``, as ``--arch qwen3-8b`` runs on the GPU."""
+    argv = [
+        "--arch", "qwen3-tiny", "--device", "cpu", "--users", "2", "--poisson-users", ",",
+        "--new-tokens", "4", "--size", "224x224", "--workdir", str(tmp_path),
+    ]  # fmt: skip
+    assert load_bench().main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is True and result["arch"].startswith("qwen3-tiny-")
+    config = json.loads((tmp_path / result["arch"] / "config.json").read_text())
+    assert config["model_type"] == "qwen3_vl"
+    (run,) = result["engine"]["runs"]
+    assert run["outcomes"] == {"done": 2} and run["arrival"] == "together"
+    (stock,) = result["stock_generate_bf16_static"]
+    assert stock["new_tokens"] == 8
+
+
+def test_unknown_architecture_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        load_bench().parse(["--arch", "qwen3-9b"])
+
+
 def test_figures_and_arrivals() -> None:
     bench = load_bench()
     UserRun, arrivals, figures, percentile = (

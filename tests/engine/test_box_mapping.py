@@ -7,7 +7,17 @@ from PIL import Image
 
 from qwen_ui.admission.tokens import Geometry, image_grid
 from qwen_ui.engine import images
-from qwen_ui.engine.box_mapping import Box, ImageGeometry, locate, to_original
+from qwen_ui.engine.box_mapping import (
+    Box,
+    ImageGeometry,
+    PromptImages,
+    SeenImage,
+    find_boxes,
+    images_of,
+    locate,
+    locate_seen,
+    to_original,
+)
 from qwen_ui.engine.boxes import Family, ParsedAnswer, RawBox, parse_boxes
 
 LIMITS = images.ImageLimits(max_bytes=5_000_000, max_images=4, max_pixels=10_000_000)
@@ -125,7 +135,9 @@ def test_locate_drops_boxes_wholly_outside_and_unknown_images() -> None:
             RawBox("no such image", (0, 0, 10, 10), 3),
         ),
     )
-    assert locate(parsed, [geometry, geometry], "qwen2_5_vl") == [Box(1, "in", (0, 0, 50, 50))]
+    assert locate(parsed, {1: geometry, 2: geometry}, "qwen2_5_vl") == [
+        Box(1, "in", (0, 0, 50, 50))
+    ]
 
 
 def test_several_images_each_box_maps_on_its_own_image() -> None:
@@ -137,10 +149,62 @@ def test_several_images_each_box_maps_on_its_own_image() -> None:
         ' {"bbox_2d": [1, 1, 2, 2], "label": "which?"}]'
     )
     parsed = parse_boxes(answer, "qwen2_5_vl", images=2)
-    boxes = locate(parsed, [small, large], "qwen2_5_vl")
+    boxes = locate(parsed, {1: small, 2: large}, "qwen2_5_vl")
     # upright (0, 0)-(100, 200) of a 200 x 400 image turned 90° counter-clockwise to display
     assert boxes == [Box(1, "a", (0, 0, 50, 50)), Box(2, "b", (200, 0, 400, 100))]
     assert '"which?"' in parsed.text
+
+
+def prompt(*numbers: int, turn: int) -> PromptImages:
+    """The prompt's images by number in the conversation (each 112 x 112 as seen)."""
+    return PromptImages(tuple(SeenImage(n, f"sha{n}", (1, 8, 8)) for n in numbers), turn)
+
+
+@pytest.mark.parametrize(
+    ("numbers", "turn", "about"),
+    [
+        ((1,), 1, 1),  # the question's one image
+        ((1, 2, 3), 1, 3),  # a follow-up's new image, after earlier ones
+        ((4,), 0, 4),  # a follow-up without images over the one image the prompt keeps
+        ((1, 2), 0, None),  # ... over two: a box must say which
+        ((1, 2), 2, None),  # the question's two images: the same
+        ((), 0, None),
+    ],
+)
+def test_the_image_a_box_without_number_is_on(
+    numbers: tuple[int, ...], turn: int, about: int | None
+) -> None:
+    found = prompt(*numbers, turn=turn).about
+    assert (found.number if found else None) == about
+
+
+def test_boxes_name_images_by_their_number_in_the_conversation() -> None:
+    seen = prompt(3, 4, 5, turn=0)  # the prompt keeps the conversation's latest three
+    answer = (
+        '[{"bbox_2d": [0, 0, 56, 56], "label": "a", "image": 4},'
+        ' {"bbox_2d": [0, 0, 56, 56], "label": "gone", "image": 1},'
+        ' {"bbox_2d": [0, 0, 56, 56], "label": "which?"}]'
+    )
+    parsed = find_boxes(answer, "qwen2_5_vl", seen)
+    assert parsed is not None and [b.label for b in parsed.boxes] == ["a", "gone"]
+    assert [image.number for image in images_of(parsed, seen)] == [4]
+    files = {"sha4": png_bytes((224, 224))}
+    boxes = locate_seen(parsed, seen, files, "qwen2_5_vl", 14)
+    assert boxes == [Box(4, "a", (0, 0, 112, 112))]  # image 1 is not in the prompt: dropped
+    assert locate_seen(parsed, seen, {}, "qwen2_5_vl", 14) == []  # its file is gone
+
+
+def test_no_boxes_without_a_family_or_an_image() -> None:
+    answer = '{"bbox_2d": [0, 0, 5, 5], "label": "a"}'
+    assert find_boxes(answer, None, prompt(1, turn=1)) is None
+    assert find_boxes(answer, "qwen3_vl", prompt(turn=0)) is None
+    assert find_boxes("No box.", "qwen3_vl", prompt(1, turn=1)) is None
+
+
+def png_bytes(size: tuple[int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size).save(out, "PNG")
+    return out.getvalue()
 
 
 def test_box_serialises_for_the_done_event() -> None:

@@ -176,3 +176,16 @@ def test_qwen2_family_ignores_json() -> None:
 def test_labels_text_skips_empty_labels() -> None:
     boxes = [RawBox("", (0, 0, 1, 1)), RawBox("a", (0, 0, 1, 1)), RawBox("a", (0, 0, 1, 1))]
     assert labels_text(boxes) == "a ×2"
+
+
+def test_a_box_without_image_number_counts_where_one_image_is_meant() -> None:
+    """With several images, unnamed boxes count when the caller knows which image the
+    answer is about (the question's only one)."""
+    items = [{"bbox_2d": [0, 0, 5, 5], "label": "dog"}]
+    parsed = parse_boxes(fenced(items), "qwen2_5_vl", images=3, unnamed=True)
+    assert parsed.boxes == (RawBox("dog", (0, 0, 5, 5)),)
+    tags = "<|object_ref_start|>a<|object_ref_end|><|box_start|>(1,2),(3,4)<|box_end|>"
+    assert parse_boxes(tags, "qwen2_vl", images=3, unnamed=True).boxes == (
+        RawBox("a", (1, 2, 3, 4)),
+    )
+    assert parse_boxes(fenced(items), "qwen3_vl", unnamed=False).boxes == ()

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from qwen_ui.admission.tokens import Geometry, resized
-from qwen_ui.engine.engine import AskRequest, Engine
+from qwen_ui.engine.conversations import owner_of
+from qwen_ui.engine.engine import AskRequest, Engine, PastTurn
 from qwen_ui.engine.events import Done, Token
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.state import MemoryState
@@ -32,8 +33,15 @@ def jpeg(size: tuple[int, int], orientation: int = 1) -> bytes:
     return buf.getvalue()
 
 
-async def done_of(engine: Engine, images: Sequence[bytes]) -> tuple[Done, str]:
-    request = AskRequest(tenant="demo", question="Where is the red circle?", images=images)
+async def done_of(
+    engine: Engine, images: Sequence[bytes], conversation_id: str | None = None
+) -> tuple[Done, str]:
+    request = AskRequest(
+        tenant="demo",
+        question="Where is the red circle?",
+        images=images,
+        conversation_id=conversation_id,
+    )
     events = [event async for event in engine.ask(request)]
     done = events[-1]
     assert isinstance(done, Done), done
@@ -84,6 +92,66 @@ async def test_no_image_no_boxes(engine: Engine, monkeypatch: pytest.MonkeyPatch
     force_answer(monkeypatch, engine, '{"bbox_2d": [1, 2, 3, 4], "label": "x"}')
     done, _ = await done_of(engine, [])
     assert done.boxes == []
+
+
+async def test_a_retry_locates_again_on_the_turns_own_images(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regenerate and edit take the turn back (its images pending again) and ask with no
+    new image: the boxes still land on the turn's image, numbered in the conversation."""
+    width, height = resized(64, 48, TINY)
+    force_answer(monkeypatch, engine, json.dumps({"bbox_2d": [0, 0, width, height]}))
+    first, _ = await done_of(engine, [png()])
+    conversation_id = first.conversation_id
+    second, _ = await done_of(engine, [png((64, 48), (0, 0, 255))], conversation_id)
+    assert second.boxes == [{"image": 2, "label": "", "box": [0, 0, 64, 48]}]
+    store = engine.conversations
+    await store.drop_last_turn(await store.get(owner_of("demo", ""), conversation_id))
+    again, _ = await done_of(engine, [], conversation_id)
+    assert again.images == 0 and again.images_seen == 2
+    assert again.boxes == second.boxes
+
+
+async def test_a_follow_up_without_images_locates_on_the_conversations_image(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    width, height = resized(64, 48, TINY)
+    force_answer(monkeypatch, engine, "Nothing to locate.")
+    first, _ = await done_of(engine, [png()])
+    answer = json.dumps({"bbox_2d": [0, 0, width / 2, height], "label": "red circle"})
+    force_answer(monkeypatch, engine, answer)
+    follow_up, _ = await done_of(engine, [], first.conversation_id)
+    assert follow_up.boxes == [{"image": 1, "label": "red circle", "box": [0, 0, 32, 48]}]
+
+
+async def test_a_follow_up_over_several_earlier_images_needs_their_numbers(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    width, height = resized(64, 48, TINY)
+    force_answer(monkeypatch, engine, "Two images.")
+    first, _ = await done_of(engine, [png(), png((64, 48), (0, 0, 255))])
+    items = [
+        {"bbox_2d": [0, 0, width, height], "label": "named", "image": 2},
+        {"bbox_2d": [0, 0, 10, 10], "label": "which image?"},
+        {"bbox_2d": [0, 0, 10, 10], "label": "no such image", "image": 3},
+    ]
+    force_answer(monkeypatch, engine, json.dumps(items))
+    follow_up, _ = await done_of(engine, [], first.conversation_id)
+    assert follow_up.boxes == [{"image": 2, "label": "named", "box": [0, 0, 64, 48]}]
+    assert '"which image?"' in follow_up.answer_text and '"no such image"' in follow_up.answer_text
+
+
+async def test_a_stateless_requests_boxes_count_the_images_of_its_messages(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    width, height = resized(64, 48, TINY)
+    force_answer(monkeypatch, engine, json.dumps({"bbox_2d": [0, 0, width, height]}))
+    earlier = PastTurn("What is this?", "A circle.", [png((32, 32))])
+    request = AskRequest(tenant="demo", question="Where is it?", images=[png()], history=[earlier])
+    events = [event async for event in engine.ask(request)]
+    done = events[-1]
+    assert isinstance(done, Done), done
+    assert done.boxes == [{"image": 2, "label": "", "box": [0, 0, 64, 48]}]
 
 
 @pytest.fixture(scope="module")

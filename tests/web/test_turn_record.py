@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -26,14 +25,27 @@ def done(conversation_id: str = "c", **extra: Any) -> Done:
 
 
 def test_boxes_name_their_image_by_sha256() -> None:
-    images = [b"one", b"two"]
+    images = ["sha-one", "sha-two"]  # the conversation's, numbered from 1
     boxes = [
         {"image": 2, "label": "star", "box": [1, 2, 3, 4]},
         {"image": 3, "label": "lost", "box": [1, 2, 3, 4]},  # no such image: left out
     ]
     assert boxes_on_files(boxes, images) == [
-        {"sha256": hashlib.sha256(b"two").hexdigest(), "label": "star", "box": [1, 2, 3, 4]}
+        {"sha256": "sha-two", "label": "star", "box": [1, 2, 3, 4]}
     ]
+
+
+async def test_a_follow_ups_boxes_land_on_the_conversations_images() -> None:
+    store = ConversationStore(MemoryState(), 60)
+    conversation = await store.create("acme", "acme/alice")
+    await store.attach(conversation, {"s1": b"one"})
+    await store.append(conversation, StoredTurn("q1", "a1", []), {})
+    await store.append(conversation, StoredTurn("q2", "a", []), {})  # no new image
+    asked = AskRequest(tenant="acme", user="alice", question="q2", conversation_id=conversation.id)
+    boxes = [{"image": 1, "label": "star", "box": [1, 2, 3, 4]}]
+    await TurnLog().record(store, asked, done(conversation.id, boxes=boxes), Settings())
+    turns = (await store.get("acme/alice", conversation.id)).turns
+    assert turns[-1].boxes == [{"sha256": "s1", "label": "star", "box": [1, 2, 3, 4]}]
 
 
 def test_a_stage_keeps_its_facts_not_its_progress() -> None:

@@ -5,17 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gradio as gr
 import pytest
 from fastapi import Request
 from fastapi.testclient import TestClient
 
+from qwen_ui.demo.examples import NOTICE, SCOPE
+from qwen_ui.engine.facts import DECLARED
 from qwen_ui.server import create_app
 from qwen_ui.services import services_of
-from qwen_ui.settings import Settings
+from qwen_ui.settings import DEMO_MODEL_ID, Settings
+from qwen_ui.store import ModelStore
 from qwen_ui.web.auth import SESSION_COOKIE
 from qwen_ui.web.i18n import negotiate
 from qwen_ui.web.theme import ThemeNotFound, load_theme
-from qwen_ui.web.ui import PAGE_TITLE, status_markdown
+from qwen_ui.web.ui import PAGE_TITLE, Page, _about_default, _layout, status_markdown
 from tests.support.auth import log_in
 
 
@@ -131,3 +135,47 @@ def test_status_reports_installed_model(client: TestClient, settings: Settings) 
     ref.parent.mkdir(parents=True)
     ref.write_text("0" * 64)
     assert "· installed" in status_markdown(client.app, "en")  # type: ignore[arg-type]
+
+
+OTHER = "acme/gauges-vl@main"
+GAUGES = "**This model:** Reads gauges."
+
+
+def _other_model(home: Path) -> None:
+    """A model that declares its own scope, installed in the store."""
+    source = home / "gauges"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    scope = '{"scope": {"en": "Reads gauges.", "zh": "读取仪表。"}}'
+    (source / DECLARED).write_text(scope, encoding="utf-8")
+    ModelStore(Settings(home=home).model_path).install(source, *OTHER.split("@"))
+
+
+def _shown(updates: dict[Any, Any], page: Page) -> tuple[bool, str, bool]:
+    """(demo notice shown, English scope note, Chinese block shown) as a page load gets it."""
+    scope = updates[page.scopes["en"]]
+    text = scope["value"] if scope["visible"] else ""
+    return updates[page.demo_note]["visible"], text, updates[page.examples["zh"]]["visible"]
+
+
+async def test_the_page_describes_the_default_model_of_now_not_of_the_start(home: Path) -> None:
+    """After ``qwen-ui models activate`` (or SIGHUP) a page load shows the new default's
+    demo notice and scope note, not those of the model the server started with. (Async:
+    Gradio leaks an event loop when Blocks are built outside a running one.)"""
+    _other_model(home)
+    settings = Settings(home=home, models=OTHER)
+    app = create_app(settings, ui=False)
+    async with app.router.lifespan_context(app):
+        with gr.Blocks() as blocks:
+            page = _layout(app, settings, blocks)
+        assert _shown(_about_default(app, page, "en"), page) == (False, GAUGES, False)
+        models = services_of(app).models
+        await models.activate(f"{DEMO_MODEL_ID}@bf16")
+        demo = _about_default(app, page, "en")
+        assert demo[page.demo_note]["value"] == NOTICE["en"]
+        assert _shown(demo, page) == (True, f"**This model:** {SCOPE['en']}", False)
+        chinese = _about_default(app, page, "zh")
+        assert SCOPE["zh"] in chinese[page.scopes["zh"]]["value"]
+        assert chinese[page.examples["zh"]]["visible"] is True
+        await models.activate(OTHER)
+        assert _shown(_about_default(app, page, "en"), page) == (False, GAUGES, False)

@@ -15,6 +15,17 @@
 # metrics.jsonl; the log (warnings dropped) goes to /tmp/train.log.
 # Uses the device's preinstalled torch and transformers: keep PYTHONPATH clear of the
 # benches' unpacked site folder.
+#
+# --eval (anywhere among the options) then scores the saved bf16 model on the GPU in the
+# same call with `qwen-ui demo eval`'s code (training/eval_demo.py; greedy, fp32, set 0):
+# the grammar's 2,000 questions and 400 off-grammar ones, as eval-bf16-n2000-seed0.json
+# and eval-bf16-off_grammar-n400-seed0.json under $OUT, with run.log (the training log
+# and the evaluation's) in place of heads.pt: 8 files with the 3 shards. The evaluation
+# imports pydantic, pydantic-settings and redis, which the device lacks: carry their
+# wheels in .whl (training/NOTES.md, "Refusals in one call"); they go to a folder of their own, on
+# PYTHONPATH for the evaluation only. It stops at DEADLINE_S (default 570) seconds after
+# the script started. EVAL_DEVICE, EVAL_N, EVAL_OFF_N and WHEELS change the device
+# (cuda), the two sets' sizes (2000, 400) and the wheels' folder (.whl): a CPU smoke test.
 set -uo pipefail
 minutes=$1
 shift
@@ -24,10 +35,22 @@ if [[ " $* " != *" --seed "* && " $* " != *" --seed="* ]]; then
 fi
 init=(--init qwen_ui/demo/weights/bf16)
 args=()
+evaluate=false
 for a in "$@"; do
-    if [[ $a == --from-scratch ]]; then init=(); else args+=("$a"); fi
+    case $a in
+    --from-scratch) init=() ;;
+    --eval) evaluate=true ;;
+    *) args+=("$a") ;;
+    esac
 done
 out=${OUT:-/tmp/out}
+mkdir -p "$out"
+site=/tmp/demo-eval-site
+if $evaluate && [[ -d ${WHEELS:-.whl} ]]; then
+    rm -rf "$site"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$site" "${WHEELS:-.whl}"/*.whl || echo "wheels not installed" >&2
+fi
 run=/tmp/demo-run
 # a warm machine keeps the last call's run: move it aside (its metrics must not run on in
 # this call's file); on a warm machine the next call of one schedule can take its weights
@@ -43,5 +66,29 @@ timeout "$limit" python3 -m training.train --out "$run" "${init[@]}" \
     --steps 100000 --max-minutes "$minutes" --save-every-s 60 "${args[@]}" 2>&1 |
     grep -v "Warning\|Writing model" >/tmp/train.log
 cp "$run"/model/*.safetensors "$run"/model/model.safetensors.index.json "$run"/metrics.jsonl \
-    "$run"/heads.pt "$out"/
+    "$out"/
+$evaluate || cp "$run"/heads.pt "$out"/
 grep '"eval"' "$run"/metrics.jsonl | tail -n 3
+$evaluate || exit 0
+[[ -f $run/model/model.safetensors.index.json ]] || { cp /tmp/train.log "$out"/run.log; exit 1; }
+
+# the package's config and processor files (what ships) around the run's shards
+weights=/tmp/demo-eval/bf16
+rm -rf /tmp/demo-eval && mkdir -p "$weights"
+find qwen_ui/demo/weights/bf16 -maxdepth 1 -type f ! -name '*.safetensors*' \
+    -exec cp {} "$weights"/ \;
+cp "$run"/model/*.safetensors "$run"/model/model.safetensors.index.json "$weights"/
+left=$((${DEADLINE_S:-570} - SECONDS))
+echo "evaluating, ${left}s left" | tee -a /tmp/train.log
+common="--weights $weights --device ${EVAL_DEVICE:-cuda} --batch-size 64 --seed 0"
+if [[ $left -gt 20 ]]; then
+    PYTHONPATH=$site HF_HUB_OFFLINE=1 timeout "$left" python3 -m training.eval_demo "$out" \
+        "eval-bf16-n${EVAL_N:-2000}-seed0.json=$common --n ${EVAL_N:-2000}" \
+        "eval-bf16-off_grammar-n${EVAL_OFF_N:-400}-seed0.json=$common --kind off_grammar --n ${EVAL_OFF_N:-400}" \
+        >>/tmp/train.log 2>&1
+    echo "evaluation: exit $?" | tee -a /tmp/train.log
+fi
+cp /tmp/train.log "$out"/run.log
+for f in "$out"/eval-*.json; do
+    [[ -s $f ]] && python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print(sys.argv[1], r['overall'], {k: v['accuracy'] for k, v in r['by_kind'].items()})" "$f"
+done

@@ -46,6 +46,20 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=32, help="questions per generate call")
     p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the model answers (default cpu); fp32 on either",
+    )
+    p.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="evaluate the checkpoint in DIR (of the --revision's format, with its "
+        "processor files) instead of the store's or the package's copy",
+    )
+    p.add_argument(
         "--model-dir",
         type=Path,
         default=None,
@@ -76,10 +90,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from qwen_ui.demo.evaluate import evaluate
     from qwen_ui.engine.facts import read_declared
 
-    path = model_path(args.model_dir, args.revision)
+    path = args.weights or model_path(args.model_dir, args.revision)
     dtype = torch.float32  # the CPU runs fp32 several times faster than bf16
     load = load_awq_dequantized if args.revision == "awq" else load_bf16
-    model = load(path, dtype)
+    model = load(path, dtype).to(args.device)
     labels = (
         read_declared(path).vision_ids if args.vision_ids == "model" else args.vision_ids == "on"
     )

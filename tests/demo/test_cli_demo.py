@@ -57,3 +57,10 @@ def test_demo_eval_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["demo", "eval", "--n", "16", "--model-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "overall" in out and "by question type:" in out and "multi_compare" in out
+
+
+def test_demo_eval_rejects_an_unknown_device(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "eval", "--device", "tpu"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import random
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -107,3 +108,29 @@ def test_figures_and_arrivals() -> None:
     assert out["new_tokens"] == 5 and out["aggregate_tok_s"] == 10.0  # 5 tokens in 0.5 s
     assert out["ttft_ms_p95"] == 500.0 and out["inter_token_ms_p95"] == pytest.approx(100.0)
     assert out["outcomes"] == {"done": 2} and out["images"] == 3
+
+
+def test_stock_peer_is_timed_on_its_second_call_of_each_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``generate`` compiles its static-cache step per batch shape: each N's timed call
+    follows an untimed one with the same image counts and new tokens."""
+    bench = load_bench()
+    calls: list[tuple[list[int], int]] = []
+    real = bench._stock_batch
+
+    def recording(*call: Any) -> Any:
+        calls.append((list(call[3]), call[4]))  # the image counts and new tokens
+        return real(*call)
+
+    monkeypatch.setattr(bench, "_stock_batch", recording)
+    argv = ["--arch", "tiny", "--device", "cpu", "--new-tokens", "3", "--size", "224x224",
+            "--workdir", str(tmp_path)]  # fmt: skip
+    args = bench.parse(argv)
+    args.stock_users = [1, 2]
+    bench.SIZE[0] = (224, 224)
+    _, path = bench.arch_checkpoint(args.workdir, args.arch)
+    results = bench.stock_phase(args, path)
+    assert [r["users"] for r in results] == [1, 2]
+    assert len(calls) == 4 and calls[0] == calls[1] and calls[2] == calls[3]
+    assert [len(c[0]) for c in calls] == [1, 1, 2, 2] and {c[1] for c in calls} == {3}

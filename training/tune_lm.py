@@ -5,11 +5,12 @@
 A second stage after :mod:`training.train` for when GPU time runs out: the vision
 tower (already trained, with the auxiliary per-token loss) stays frozen, so each training
 sample's visual tokens are computed once, by worker processes, and reused for several
-epochs; only the language model trains, under bf16 autocast (fast on CPUs with
-``avx512_bf16``). Samples are drawn like ``train.py``'s, from their own seed range (below
-the held-out seeds); the held-out score is the same teacher-forced exact match. The output
-folder is a complete ``bf16`` revision (weights in 12 MB shards, the ``--init`` folder's
-config and processor files).
+epochs; only the language model trains, under bf16 autocast on CPUs with
+``avx512_bf16`` and in fp32 elsewhere (:func:`precision`: emulated bf16 is about ten times
+slower than fp32 on an AVX2 CPU). Samples are drawn like ``train.py``'s, from their own
+seed range (below the held-out seeds); the held-out score is the same teacher-forced exact
+match. The output folder is a complete ``bf16`` revision (weights in 12 MB shards, the
+``--init`` folder's config and processor files).
 """
 
 from __future__ import annotations
@@ -164,6 +165,12 @@ def collate(rows: list[Row]) -> dict[str, torch.Tensor]:
     return {"ids": ids, "labels": labels, "positions": positions, "feats": feats}
 
 
+def precision() -> torch.autocast:
+    """bf16 autocast where the CPU computes bf16 natively, else fp32 (autocast off)."""
+    native = torch.cpu._is_avx512_bf16_supported()
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native)
+
+
 def logits_of(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The language model's logits with the visual tokens in the ``<|image_pad|>`` slots
     (right padding only, so no attention mask: no real token sees a pad)."""
@@ -184,7 +191,7 @@ def evaluate(model: Any, rows: list[Row], batch_size: int = 64) -> dict[str, flo
     """Teacher-forced exact match (= greedy decoding's), overall, per type and language."""
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     model.eval()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), precision():
         for i in range(0, len(rows), batch_size):
             chunk = rows[i : i + batch_size]
             batch = collate(chunk)
@@ -215,7 +222,7 @@ def step(
     model: Any, opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], rows: list[Row]
 ) -> float:
     batch = collate(rows)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with precision():
         logits = logits_of(model, batch)
     loss = train.answer_loss(logits, batch["labels"])
     opt.zero_grad(set_to_none=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
 ANSWERED = "answered-"  # the id of the stage message of a turn the server stored
+# the answer's text is sent at most this often (seconds): every token would re-render the
+# whole growing message in the browser, hundreds of times a second on a fast GPU
+FRAME_S = 0.05
 _BAR = "height:6px;border-radius:3px;overflow:hidden;background:var(--border-color-primary)"
 _FILL = "height:100%;background:var(--color-accent);transition:width .2s"
 
@@ -164,8 +168,9 @@ async def answer(
     controls: Controls | None = None,
     model: str | None = None,
 ) -> AsyncIterator[ChatView]:
-    """The submit handler's updates after every event; the status line is re-read when a
-    stage changes, not on every token. ``model``: the picked one ("" or None: the
+    """The submit handler's updates after every event, the answer's text at most every
+    ``FRAME_S`` (its first token at once); the status line is re-read when a stage
+    changes, not on every token. ``model``: the picked one ("" or None: the
     conversation's, else the default)."""
     controls = controls or Controls()
     session = session_of(request)
@@ -240,11 +245,17 @@ class Exchange:
         ask = await self._request(principal)
         event: Event | None = None
         wanted: str | None = None
+        shown_at: float | None = None  # when the answer's text was last sent
         async with aclosing(ask_as(services_of(self.app), principal, ask, self.model)) as events:
             async for event in events:
                 self.apply(event)
                 if (wanted := control()) is not None or isinstance(event, Failed):
                     break  # leaving the block closes the iterator: the work is cancelled
+                if isinstance(event, Token):
+                    now = time.monotonic()
+                    if shown_at is not None and now - shown_at < FRAME_S:
+                        continue  # the next frame (or the done event) carries this text
+                    shown_at = now
                 yield self.progressed(event)
             else:
                 return

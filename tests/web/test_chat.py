@@ -115,6 +115,22 @@ async def test_answer_streams_stage_message_then_text(chat_app: FastAPI, tmp_pat
     assert chat2[-2]["metadata"]["title"].startswith("完成")
 
 
+async def test_the_answer_text_is_sent_at_most_once_a_frame(
+    chat_app: FastAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qwen_ui.web import chat
+
+    message = {"text": "What shape?", "files": image_files(tmp_path, 1)}
+    monkeypatch.setattr(chat, "FRAME_S", 0.0)
+    every = [reply_of(u.chat) for u in await run(chat_app, message)]
+    monkeypatch.setattr(chat, "FRAME_S", 3600.0)
+    framed = [reply_of(u.chat) for u in await run(chat_app, message)]
+    assert framed[-1] == every[-1] and every[-1]  # the same answer in the end
+    growing = [t for t in every if t]
+    assert len(growing) > 2  # a view per token
+    assert [t for t in framed if t] == [growing[0], growing[-1]]  # first token, then done
+
+
 async def test_bad_input_shows_the_typed_message(chat_app: FastAPI, tmp_path: Path) -> None:
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"%PDF-1.4")

@@ -5,7 +5,8 @@
     python bench/bench_batching.py --device cuda --arch 7b --layers 8 --depth 8 --size 896
 
 Each configuration runs ``--rounds`` times after one warm-up question: N clients arrive
-together, each with one image of its own (``--size``) and its own question; figures per
+together, each with one image of its own (``--size``, a PNG made before the clock starts)
+and its own question; figures per
 configuration: aggregate tok/s (every new token of every client over the wall time from
 the arrival to the last client's ``done``; the median round), aggregate decode tok/s
 (the tokens after each client's first, from the first client's first token to the last
@@ -62,13 +63,16 @@ def image(i: int, size: int) -> bytes:
     return buf.getvalue()
 
 
-async def client(engine: Engine, i: int, size: int, new_tokens: int) -> dict[str, float]:
-    request = AskRequest(
+def request_of(i: int, size: int, new_tokens: int) -> AskRequest:
+    return AskRequest(
         "bench",
         QUESTIONS[i % len(QUESTIONS)],
         [image(i, size)],
         options=AskOptions(max_new_tokens=new_tokens),
     )
+
+
+async def client(engine: Engine, request: AskRequest) -> dict[str, float]:
     start = time.perf_counter()
     first = 0.0
     async for event in engine.ask(request):
@@ -82,10 +86,9 @@ async def client(engine: Engine, i: int, size: int, new_tokens: int) -> dict[str
 
 
 async def round_of(engine: Engine, n: int, size: int, new_tokens: int, seed: int) -> dict[str, Any]:
-    start = time.perf_counter()
-    runs = await asyncio.gather(
-        *(client(engine, seed * 100 + i, size, new_tokens) for i in range(n))
-    )
+    requests = [request_of(seed * 100 + i, size, new_tokens) for i in range(n)]
+    start = time.perf_counter()  # the clients' images are made before the clock starts
+    runs = await asyncio.gather(*(client(engine, request) for request in requests))
     wall = time.perf_counter() - start
     tokens = sum(r["tokens"] for r in runs)
     ttfts = sorted(r["ttft"] for r in runs)
@@ -122,7 +125,7 @@ async def configuration(
     engine = Engine(settings, DirStore(checkpoint), MemoryState())
     engine.start()
     try:
-        await client(engine, 10_000, args.size, 4)  # loads the model
+        await client(engine, request_of(10_000, args.size, 4))  # loads the model
         rounds = [
             await round_of(engine, n, args.size, args.new_tokens, r) for r in range(args.rounds)
         ]

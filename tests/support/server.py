@@ -18,6 +18,8 @@ from tests.conftest import free_port
 
 PASSWORD_LINE = re.compile(r"password \(shown once\): (\S+)")
 HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)"')
+PACED = Path(__file__).parent / "paced"  # its sitecustomize paces the engine's steps
+STEP_S = 0.03  # the pause after each step of a paced server's engine
 
 
 class ServerProcess:
@@ -95,10 +97,12 @@ def log_in_with_form(client: httpx.Client, tenant: str, user: str, password: str
 
 
 def tiny_model_server(factory: Any, max_new_tokens: int, endless: bool = False) -> ServerProcess:
-    """A real server on the engine tests' tiny random model, installed in a fresh store.
+    """A real server on the engine tests' tiny random model, installed in a fresh store; its
+    torch computes on one thread (more only contend with the browser on a small machine).
 
     ``endless``: every answer runs to ``max_new_tokens`` (no stop token is ever picked),
-    for tests that press Stop while an answer streams."""
+    written at most ``STEP_S``'s pace (``paced/sitecustomize.py``), for tests that press
+    Stop while an answer streams."""
     from qwen_ui.store import ModelStore
     from tests.engine.conftest import TINY_ID
     from tests.engine.support import build_tiny_model
@@ -112,7 +116,12 @@ def tiny_model_server(factory: Any, max_new_tokens: int, endless: bool = False) 
         "QWEN_UI_DEVICE": "cpu",
         "QWEN_UI_MAX_PIXELS": str(112 * 112),
         "QWEN_UI_MAX_NEW_TOKENS": str(max_new_tokens),
+        "OMP_NUM_THREADS": "1",
     }
+    if endless:
+        paths = [str(PACED), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        env["QWEN_UI_TEST_STEP_S"] = str(STEP_S)
     process = ServerProcess(home, env=env)
     process.wait_for("/login")
     return process

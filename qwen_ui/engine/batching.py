@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 from transformers import PreTrainedModel
@@ -122,7 +122,9 @@ class Batch(Generic[E]):
     bucket (:class:`~qwen_ui.engine.decode_graphs.DecodeGraphs`), and the cache holds
     ``limit`` slots from the start (growing it records them again). With
     ``prefill_tokens``, newcomers prefilled together pass at most that many prompt
-    positions (all of them together) per step boundary, the rest at the next ones."""
+    positions (all of them together) per step boundary, the rest at the next ones. With
+    ``compile_step`` (e.g. :func:`~qwen_ui.engine.generate.batched_step`), the recorded
+    steps run ``compile_step(model)`` in place of the model's eager forward."""
 
     def __init__(
         self,
@@ -132,6 +134,7 @@ class Batch(Generic[E]):
         keep_bytes: int = 0,
         graphs: bool = False,
         prefill_tokens: int = 0,
+        compile_step: Callable[[PreTrainedModel], Callable[..., Any]] | None = None,
     ) -> None:
         self.limit = limit
         self.prepare = prepare
@@ -139,6 +142,7 @@ class Batch(Generic[E]):
         self.keep_bytes = keep_bytes
         self.graphs = graphs
         self.prefill_tokens = prefill_tokens
+        self.compile_step = compile_step
         self.cache = SlotCache(limit)
         self._graphs: DecodeGraphs | None = None
         self.waiting: list[E] = []
@@ -253,7 +257,8 @@ class Batch(Generic[E]):
 
     def _replayed(self, model: PreTrainedModel, seqs: list[Sequence]) -> torch.Tensor:
         if self._graphs is None or self._graphs.model is not model:
-            self._graphs = DecodeGraphs(model, self.cache)
+            forward = self.compile_step(model) if self.compile_step else None
+            self._graphs = DecodeGraphs(model, self.cache, forward=forward)
         return self._graphs.logits(
             [s.last for s in seqs],
             [s.length for s in seqs],

@@ -109,8 +109,13 @@ class DecodeGraphs:
             try:
                 return self._capture(step)
             except Exception:
-                log.exception("recording the decode graph for %d rows failed; eager", rows)
-                self.record = False
+                if self.forward is self.model:
+                    log.exception("recording the decode graph for %d rows failed; eager", rows)
+                    self.record = False
+                else:  # the compiled forward: the model's own, recorded
+                    log.exception("the compiled decode step for %d rows failed; uncompiled", rows)
+                    self.forward = self.model
+                    return self._recorded(step, rows)
         return Recorded(step.ids, step.positions, step.rope, lambda: self._forward(step))
 
     def _capture(self, step: Recorded) -> Recorded:

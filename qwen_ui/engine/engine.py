@@ -75,6 +75,7 @@ from qwen_ui.engine.generate import (
     Outcome,
     Prompt,
     SamplingOptions,
+    batched_step,
     compiled_step,
     decode_mode_for,
     run,
@@ -269,6 +270,7 @@ class Engine:
                 settings.static_cache_pool_bytes,
                 graphs=self.fast_path.compile_decode,
                 prefill_tokens=settings.batch_prefill_tokens,
+                compile_step=batched_step if self.fast_path.compile_decode else None,
             )
         self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None

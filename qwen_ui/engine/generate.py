@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 DecodeMode = Literal["eager", "static"]
 CACHE_BUCKET = 256  # static caches come in lengths that are multiples of this
+# batch-size buckets (slots.SLOT_BUCKETS) times a few slot-cache lengths
+BATCHED_RECOMPILES = 64
 
 
 def decode_mode_for(setting: str, device_type: str) -> DecodeMode:
@@ -324,6 +326,19 @@ def compiled_step(model: PreTrainedModel) -> Callable[..., Any]:
     static decode step. CUDA only: the caller (the worker) keeps one per loaded model and
     only asks for it when compiling is switched on."""
     return torch.compile(model.forward, mode="reduce-overhead", dynamic=False)  # type: ignore[no-any-return]
+
+
+def batched_step(model: PreTrainedModel) -> Callable[..., Any]:
+    """``model.forward`` through Inductor for the decode steps of continuous batching:
+    one compile per batch-size bucket and slot-cache length, whose kernels
+    :class:`~qwen_ui.engine.decode_graphs.DecodeGraphs` then records as CUDA graphs itself
+    (so no ``reduce-overhead``). Inductor fuses the norms, rotary embeddings, gated
+    activations and the grouped attention (:func:`~qwen_ui.engine.fused.decode_attention`)
+    that an eager step runs as hundreds of small kernels per step. The recompile limit is
+    raised to cover every bucket at a few cache lengths; past it a step runs eagerly."""
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, BATCHED_RECOMPILES)
+    return torch.compile(model.forward, dynamic=False)  # type: ignore[no-any-return]
 
 
 def run(

@@ -11,7 +11,14 @@ import torch
 from PIL import Image
 
 from qwen_ui.engine.batching import Batch, Sequence
-from qwen_ui.engine.generate import Generation, Outcome, Prompt, SamplingOptions, run
+from qwen_ui.engine.generate import (
+    Generation,
+    Outcome,
+    Prompt,
+    SamplingOptions,
+    batched_step,
+    run,
+)
 from qwen_ui.engine.pipelines import Loaded, Turn
 from qwen_ui.engine.slots import SlotCache, slot_bucket, step_mask
 from tests.engine.conftest import scene_images
@@ -305,6 +312,27 @@ def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
     drain(batch)
     assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
     assert not batch._graphs.record  # the CPU: the same pass, not captured
+    for client in clients:
+        assert client.outcome == expect_alone(loaded, client)
+
+
+def test_the_compiled_step_gives_the_same_tokens(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorded step through Inductor (:func:`batched_step`, the CUDA default), run
+    without recording on the CPU: the compiled forward is kept for every bucket (a compile
+    that failed would have fallen back to the model's own) and each sequence still gives
+    its tokens alone."""
+    clients = greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]
+    model = loaded.language.model
+    make = lambda clients: [c.make() for c in clients]  # noqa: E731
+    batch = Batch(8, make, lambda: model, compile_step=batched_step)
+    monkeypatch.setattr(batch, "_graphed", lambda _model: True)
+    for client in clients:
+        batch.enter(client)
+    drain(batch)
+    assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
+    assert batch._graphs.forward is not model
     for client in clients:
         assert client.outcome == expect_alone(loaded, client)
 

@@ -1,6 +1,7 @@
 """On the device: continuous batching on CUDA (bf16 compute, int4 decode kernel) gives each
 of the demo model's held-out questions the tokens it gets alone, with the decode step
-eager or replayed from the CUDA graphs recorded per batch-size bucket.
+eager or replayed from the CUDA graphs recorded per batch-size bucket, of the eager forward
+or of the Inductor-compiled one (the default on CUDA).
 
 Run there: ``python -m pytest tests/engine/test_batching_gpu.py -m gpu -q``.
 
@@ -21,7 +22,14 @@ import torch
 
 from qwen_ui.demo import scenes
 from qwen_ui.engine.batching import Batch, Sequence
-from qwen_ui.engine.generate import CACHE_BUCKET, Generation, Outcome, SamplingOptions, run
+from qwen_ui.engine.generate import (
+    CACHE_BUCKET,
+    Generation,
+    Outcome,
+    SamplingOptions,
+    batched_step,
+    run,
+)
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.settings import DEMO_MODEL_ID
@@ -68,14 +76,23 @@ def references(
 
 @pytest.fixture(scope="module")
 def together(demo: Loaded, samples: list[scenes.Sample]) -> dict[str, list[list[int]]]:
-    return {"eager": batched(demo, samples, False), "graphs": batched(demo, samples, True)}
+    return {
+        "eager": batched(demo, samples, False),
+        "graphs": batched(demo, samples, True),
+        "compiled": batched(demo, samples, True, compiled=True),
+    }
 
 
 def batch_of(
-    loaded: Loaded, samples: list[scenes.Sample], graphs: bool, caps: dict[int, int] | None = None
+    loaded: Loaded,
+    samples: list[scenes.Sample],
+    graphs: bool,
+    caps: dict[int, int] | None = None,
+    compiled: bool = False,
 ) -> tuple[Batch[Any], dict[int, Outcome]]:
     """A batch of at most 8 whose entrant ``i`` is sample ``i`` (``caps[i]`` new tokens,
-    else 24), and where the sequences' outcomes go."""
+    else 24), and where the sequences' outcomes go; ``compiled``: steps recorded from
+    :func:`batched_step`."""
     stops = frozenset(loaded.language.stop_ids)
     out: dict[int, Outcome] = {}
 
@@ -91,20 +108,31 @@ def batch_of(
         )
 
     model = loaded.language.model
-    batch: Batch[Any] = Batch(8, lambda ids: [sequence(i) for i in ids], lambda: model, 0, graphs)
+    batch: Batch[Any] = Batch(
+        8,
+        lambda ids: [sequence(i) for i in ids],
+        lambda: model,
+        0,
+        graphs,
+        compile_step=batched_step if compiled else None,
+    )
     return batch, out
 
 
-def batched(loaded: Loaded, samples: list[scenes.Sample], graphs: bool) -> list[list[int]]:
+def batched(
+    loaded: Loaded, samples: list[scenes.Sample], graphs: bool, compiled: bool = False
+) -> list[list[int]]:
     """Every sample's greedy tokens from one batch of at most 8, newcomers joining as
-    others end; the graphs' buckets are checked to have been recorded."""
-    batch, out = batch_of(loaded, samples, graphs)
+    others end; the graphs' buckets are checked to have been recorded (of the compiled
+    forward, with ``compiled``: no fallback to the eager one)."""
+    batch, out = batch_of(loaded, samples, graphs, compiled=compiled)
     for i in range(len(samples)):
         batch.enter(i)
     while batch.busy:
         batch.step()
     if graphs:
         assert batch._graphs is not None and batch._graphs.record and 8 in batch._graphs.buckets
+        assert (batch._graphs.forward is not loaded.language.model) == compiled
     return [out[i].tokens for i in range(len(samples))]
 
 
@@ -135,7 +163,7 @@ def test_graphs_are_recorded_again_when_the_cache_grows(
     assert graphs.record and graphs.buckets == [1] and 9 in out
 
 
-@pytest.mark.parametrize("step", ["eager", "graphs"])
+@pytest.mark.parametrize("step", ["eager", "graphs", "compiled"])
 def test_a_batch_gives_each_question_its_tokens_alone(
     demo: Loaded,
     samples: list[scenes.Sample],
@@ -152,10 +180,11 @@ def test_a_batch_gives_each_question_its_tokens_alone(
     assert len(mismatches) <= 1 and all(m[3] < NEAR_TIE for m in mismatches), mismatches
 
 
+@pytest.mark.parametrize("step", ["graphs", "compiled"])
 def test_graph_replay_gives_the_eager_steps_tokens(
-    samples: list[scenes.Sample], together: dict[str, list[list[int]]]
+    samples: list[scenes.Sample], together: dict[str, list[list[int]]], step: str
 ) -> None:
-    pairs = zip(samples, together["eager"], together["graphs"], strict=True)
+    pairs = zip(samples, together["eager"], together[step], strict=True)
     differ = [s.question for s, a, b in pairs if a != b]
-    print(f"graph-replayed against eager steps: {len(differ)} of {len(samples)} differ")
+    print(f"{step} steps replayed against eager steps: {len(differ)} of {len(samples)} differ")
     assert len(differ) <= 1, differ

@@ -646,6 +646,7 @@ def run_arch(args: argparse.Namespace, arch: str) -> dict[str, Any]:
         engine = asyncio.run(engine_phase(args, path))
         engine["bound_tok_s"] = round(bandwidth / engine["decode_bytes_per_token"], 1)
         result["engine"] = engine
+        log.info("%s engine: %s", name, json.dumps(engine))  # kept if a later phase is cut
         _free(device)
     if args.web:
         result["web"] = web_phase(args, path)
@@ -654,6 +655,7 @@ def run_arch(args: argparse.Namespace, arch: str) -> dict[str, Any]:
         stock = stock_phase(args, path)
         stock["bound_tok_s"] = round(bandwidth / stock["decode_bytes_per_token"], 1)
         result["stock_generate_bf16"] = stock
+        log.info("%s stock: %s", name, json.dumps(stock))
     return result
 
 

@@ -195,8 +195,10 @@ class Settings(BaseSettings):
         description="With a static cache on CUDA, run the decode step through torch.compile "
         "(mode='reduce-overhead', CUDA graphs); with max_batch > 1, replay the batch's "
         "decode step from CUDA graphs recorded per batch-size bucket (1, 2, 4, 8, ...; the "
-        "start-up warm-up records them). 'auto' = on on CUDA. A single request's static "
-        "step compiles once per new cache length; ignored on the CPU.",
+        "start-up warm-up records them), of the Inductor-compiled forward at the warm-up's "
+        "cache length and of the eager forward at longer ones (no compile while answers "
+        "run). 'auto' = on on CUDA. A single request's static step compiles once per new "
+        "cache length; ignored on the CPU.",
     )
     prefill_graph_rows: Annotated[int, Field(ge=0, le=32768)] | Literal["auto"] = Field(
         "auto",

@@ -123,8 +123,9 @@ class Batch(Generic[E]):
     ``limit`` slots from the start (growing it records them again). With
     ``prefill_tokens``, newcomers prefilled together pass at most that many prompt
     positions (all of them together) per step boundary, the rest at the next ones. With
-    ``compile_step`` (e.g. :func:`~qwen_ui.engine.generate.batched_step`), the recorded
-    steps run ``compile_step(model)`` in place of the model's eager forward."""
+    ``compile_step`` (e.g. :func:`~qwen_ui.engine.generate.batched_step`), the steps
+    recorded at the first cache length run ``compile_step(model)`` in place of the model's
+    eager forward (:mod:`~qwen_ui.engine.decode_graphs`)."""
 
     def __init__(
         self,
@@ -219,7 +220,7 @@ class Batch(Generic[E]):
         model = self.model_of()
         needed = max(s.needed for s in [*self.running, *group])
         rows = self.limit if self._graphed(model) else len(self.running) + len(group)
-        self.cache.ensure(rows, needed, kv)
+        self.cache.ensure(rows, max(needed, self._compiled_length(model)), kv)
         for row, seq in enumerate(group):
             self.cache.write(len(self.running), kv, row, seq.prompt.length)
             seq.length = seq.prompt.length
@@ -254,6 +255,15 @@ class Batch(Generic[E]):
 
     def _graphed(self, model: PreTrainedModel) -> bool:
         return self.graphs and model.device.type == "cuda"
+
+    def _compiled_length(self, model: PreTrainedModel) -> int:
+        """The cache length the compiled step was recorded for (0: none): a cache allocated
+        again after the batch ran dry is at least that long, so that its steps replay the
+        compiled graphs (recording them again compiles nothing) rather than eager ones."""
+        graphs = self._graphs
+        if graphs is None or graphs.model is not model or not self._graphed(model):
+            return 0
+        return graphs.compiled_length or 0
 
     def _replayed(self, model: PreTrainedModel, seqs: list[Sequence]) -> torch.Tensor:
         if self._graphs is None or self._graphs.model is not model:

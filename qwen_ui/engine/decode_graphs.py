@@ -13,6 +13,13 @@ pool; when the cache is allocated again (it grew, or was cleared while idle: its
 ``version`` moved on), they are recorded again, into a new pool: the allocator keeps a
 pool whose graphs are all gone registered with no user while its blocks are cached, and
 asserts (``use_count > 0``) when a capture asks to share it.
+
+With a compiled forward (:func:`~qwen_ui.engine.generate.batched_step`), Inductor compiles
+once per bucket and cache length, about 35 s each for the 7B architecture on the H200: so
+only the first cache length recorded (the start-up warm-up's) records the compiled
+forward; a cache grown past it records the eager one (a fraction of a second) and
+decodes slower until the batch runs dry and its cache is allocated at that length again
+(the compiled kernels are kept: recording them again compiles nothing).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class Recorded:
     positions: torch.Tensor  # [b]: where each row's new key and value go
     rope: torch.Tensor  # [b]: each row's rope position
     replay: Callable[[], torch.Tensor]  # the logits [b, 1, vocab]
+    compiled: bool = False  # recorded from the compiled forward
 
 
 class DecodeGraphs:
@@ -48,12 +56,13 @@ class DecodeGraphs:
         record: bool | None = None,
         forward: Callable[..., Any] | None = None,
     ) -> None:
-        """``forward``: what the step calls in place of ``model`` (e.g. a compiled
-        ``model.forward``, recorded the same way)."""
+        """``forward``: a compiled ``model.forward`` the steps at the first cache length
+        call in place of ``model`` (recorded the same way)."""
         self.model = model
         self.cache = cache
         self.record = model.device.type == "cuda" if record is None else record
-        self.forward = forward or model
+        self.compiled = forward
+        self.compiled_length: int | None = None  # the cache length compiled for
         self._pool: Any = None
         self._steps: dict[int, Recorded] = {}
         self._version: int | None = None  # the cache allocation the graphs were recorded on
@@ -80,7 +89,8 @@ class DecodeGraphs:
         step.rope.copy_(torch.tensor([*rope, *pad], device=device))
         if fresh:
             step = self._steps[bucket] = self._recorded(step, bucket)
-            log.info("decode graph recorded for %d rows", bucket)
+            kind = "compiled" if step.compiled else "eager"
+            log.info("decode graph (%s forward) recorded for %d rows", kind, bucket)
         return step.replay()[:n, -1, :]
 
     def _buffers(self, rows: int) -> Recorded:
@@ -90,10 +100,19 @@ class DecodeGraphs:
         rope = torch.zeros(rows, dtype=torch.long, device=device)
         return Recorded(ids, positions, rope, lambda: torch.empty(0))
 
+    def compiles(self) -> bool:
+        """Whether a step recorded now runs the compiled forward (the first cache length
+        recorded claims it)."""
+        if self.compiled is None or self.compiled_length not in (None, self.cache.length):
+            return False
+        self.compiled_length = self.cache.length
+        return True
+
     def _forward(self, step: Recorded) -> torch.Tensor:
         kv_len = self.cache.length
         rows = step.ids.shape[0]
-        out = self.forward(
+        forward = self.compiled if step.compiled and self.compiled else self.model
+        out = forward(
             input_ids=step.ids,
             position_ids=step.rope.view(1, rows, 1).expand(3, rows, 1),
             cache=self.cache.step_cache(step.positions, kv_len),
@@ -104,19 +123,23 @@ class DecodeGraphs:
 
     def _recorded(self, step: Recorded, rows: int) -> Recorded:
         """``step`` with its replay: the graph, or the eager pass where recording is off
-        or fails (then for good: the log says why, once)."""
+        or fails (then for good: the log says why, once). A compiled forward that fails
+        is dropped for good, and the model's own is recorded instead."""
+        step = Recorded(step.ids, step.positions, step.rope, step.replay, self.compiles())
         if self.record:
             try:
                 return self._capture(step)
             except Exception:
-                if self.forward is self.model:
+                if not step.compiled:
                     log.exception("recording the decode graph for %d rows failed; eager", rows)
                     self.record = False
-                else:  # the compiled forward: the model's own, recorded
+                else:
                     log.exception("the compiled decode step for %d rows failed; uncompiled", rows)
-                    self.forward = self.model
+                    self.compiled = None
                     return self._recorded(step, rows)
-        return Recorded(step.ids, step.positions, step.rope, lambda: self._forward(step))
+        return Recorded(
+            step.ids, step.positions, step.rope, lambda: self._forward(step), step.compiled
+        )
 
     def _capture(self, step: Recorded) -> Recorded:
         """The first graph of a cache allocation gets a private memory pool, which the
@@ -136,4 +159,4 @@ class DecodeGraphs:
             graph.replay()
             return logits
 
-        return Recorded(step.ids, step.positions, step.rope, replay)
+        return Recorded(step.ids, step.positions, step.rope, replay, step.compiled)

@@ -12,6 +12,7 @@ from PIL import Image
 
 from qwen_ui.engine.batching import Batch, Sequence
 from qwen_ui.engine.generate import (
+    CACHE_BUCKET,
     Generation,
     Outcome,
     Prompt,
@@ -316,25 +317,42 @@ def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
         assert client.outcome == expect_alone(loaded, client)
 
 
-def test_the_compiled_step_gives_the_same_tokens(
+def test_the_compiled_step_gives_the_same_tokens_at_its_one_cache_length(
     loaded: Loaded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The recorded step through Inductor (:func:`batched_step`, the CUDA default), run
-    without recording on the CPU: the compiled forward is kept for every bucket (a compile
-    that failed would have fallen back to the model's own) and each sequence still gives
-    its tokens alone."""
-    clients = greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]
+    without recording on the CPU: every bucket at the first cache length records the
+    compiled forward and each sequence still gives its tokens alone; a longer cache records
+    the eager forward (no compile in the middle of running answers); once the batch ran
+    dry, a short newcomer's cache is allocated at the compiled length again."""
     model = loaded.language.model
     make = lambda clients: [c.make() for c in clients]  # noqa: E731
     batch = Batch(8, make, lambda: model, compile_step=batched_step)
     monkeypatch.setattr(batch, "_graphed", lambda _model: True)
-    for client in clients:
-        batch.enter(client)
+
+    def answer(clients: list[Client]) -> dict[int, bool]:
+        for client in clients:
+            batch.enter(client)
+        drain(batch)
+        for client in clients:
+            assert client.outcome == expect_alone(loaded, client)
+        assert batch._graphs is not None
+        return {b: batch._graphs._steps[b].compiled for b in batch._graphs.buckets}
+
+    assert answer(greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]) == {1: True, 2: True, 4: True}
+    graphs = batch._graphs
+    assert graphs is not None and graphs.compiled is not None
+    assert graphs.compiled_length == CACHE_BUCKET
+    stops = loaded.language.stop_ids
+    long = Client(prompt_of(loaded, "Describe the image.", 1), SamplingOptions(300), [])
+    assert answer([long]) == {1: False} and batch.cache.slots == 0  # ran dry: dropped
+    short = Client(prompt_of(loaded, "Describe the image.", 0), SamplingOptions(3), stops)
+    batch.enter(short)
+    batch.step()
+    assert batch.cache.length == CACHE_BUCKET
     drain(batch)
-    assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
-    assert batch._graphs.forward is not model
-    for client in clients:
-        assert client.outcome == expect_alone(loaded, client)
+    assert batch._graphs is graphs and graphs._steps[1].compiled
+    assert short.outcome == expect_alone(loaded, short)
 
 
 def test_a_chunked_prefill_lets_the_running_sequences_decode_meanwhile(loaded: Loaded) -> None:

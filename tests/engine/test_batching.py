@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 from PIL import Image
+from torch._dynamo.utils import counters
 
 from qwen_ui.engine.batching import Batch, Sequence
 from qwen_ui.engine.generate import (
@@ -339,7 +340,9 @@ def test_the_compiled_step_gives_the_same_tokens_at_its_one_cache_length(
         assert batch._graphs is not None
         return {b: batch._graphs._steps[b].compiled for b in batch._graphs.buckets}
 
+    first = counters["stats"]["unique_graphs"]
     assert answer(greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]) == {1: True, 2: True, 4: True}
+    assert counters["stats"]["unique_graphs"] > first  # compiled (the counter counts it)
     graphs = batch._graphs
     assert graphs is not None and graphs.compiled is not None
     assert graphs.compiled_length == CACHE_BUCKET
@@ -347,11 +350,13 @@ def test_the_compiled_step_gives_the_same_tokens_at_its_one_cache_length(
     long = Client(prompt_of(loaded, "Describe the image.", 1), SamplingOptions(300), [])
     assert answer([long]) == {1: False} and batch.cache.slots == 0  # ran dry: dropped
     short = Client(prompt_of(loaded, "Describe the image.", 0), SamplingOptions(3), stops)
+    compiles = counters["stats"]["unique_graphs"]
     batch.enter(short)
     batch.step()
     assert batch.cache.length == CACHE_BUCKET
     drain(batch)
     assert batch._graphs is graphs and graphs._steps[1].compiled
+    assert counters["stats"]["unique_graphs"] == compiles  # recorded again, not compiled
     assert short.outcome == expect_alone(loaded, short)
 
 

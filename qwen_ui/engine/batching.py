@@ -260,8 +260,8 @@ class Batch(Generic[E]):
         """The cache length the compiled step was recorded for (0: none): a cache allocated
         again after the batch ran dry is at least that long, so that its steps replay the
         compiled graphs (recording them again compiles nothing) rather than eager ones."""
-        graphs = self._graphs
-        if graphs is None or graphs.model is not model or not self._graphed(model):
+        graphs = self._graphs  # only a graphed batch has them
+        if graphs is None or graphs.model is not model:
             return 0
         return graphs.compiled_length or 0
 

@@ -100,7 +100,7 @@ class DecodeGraphs:
         rope = torch.zeros(rows, dtype=torch.long, device=device)
         return Recorded(ids, positions, rope, lambda: torch.empty(0))
 
-    def compiles(self) -> bool:
+    def _claims_compiled(self) -> bool:
         """Whether a step recorded now runs the compiled forward (the first cache length
         recorded claims it)."""
         if self.compiled is None or self.compiled_length not in (None, self.cache.length):
@@ -125,7 +125,7 @@ class DecodeGraphs:
         """``step`` with its replay: the graph, or the eager pass where recording is off
         or fails (then for good: the log says why, once). A compiled forward that fails
         is dropped for good, and the model's own is recorded instead."""
-        step = Recorded(step.ids, step.positions, step.rope, step.replay, self.compiles())
+        step = Recorded(step.ids, step.positions, step.rope, step.replay, self._claims_compiled())
         if self.record:
             try:
                 return self._capture(step)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 DecodeMode = Literal["eager", "static"]
 CACHE_BUCKET = 256  # static caches come in lengths that are multiples of this
-# batch-size buckets (slots.SLOT_BUCKETS) times a few slot-cache lengths
+# batch-size buckets (slots.SLOT_BUCKETS) of every loaded model share one code object
 BATCHED_RECOMPILES = 64
 
 
@@ -330,12 +330,13 @@ def compiled_step(model: PreTrainedModel) -> Callable[..., Any]:
 
 def batched_step(model: PreTrainedModel) -> Callable[..., Any]:
     """``model.forward`` through Inductor for the decode steps of continuous batching:
-    one compile per batch-size bucket and slot-cache length, whose kernels
-    :class:`~qwen_ui.engine.decode_graphs.DecodeGraphs` then records as CUDA graphs itself
-    (so no ``reduce-overhead``). Inductor fuses the norms, rotary embeddings, gated
-    activations and the grouped attention (:func:`~qwen_ui.engine.fused.decode_attention`)
-    that an eager step runs as hundreds of small kernels per step. The recompile limit is
-    raised to cover every bucket at a few cache lengths; past it a step runs eagerly."""
+    one compile per batch-size bucket (at the one cache length
+    :class:`~qwen_ui.engine.decode_graphs.DecodeGraphs` compiles for), whose kernels it
+    then records as CUDA graphs itself (so no ``reduce-overhead``). Inductor fuses the
+    norms, rotary embeddings, gated activations and the grouped attention
+    (:func:`~qwen_ui.engine.fused.decode_attention`) that an eager step runs as hundreds of
+    small kernels per step. Every loaded model's buckets are entries of the one compiled
+    code object, so the recompile limit is raised; past it a step runs eagerly."""
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = max(limit, BATCHED_RECOMPILES)
     return torch.compile(model.forward, dynamic=False)  # type: ignore[no-any-return]

@@ -40,7 +40,7 @@ command_for() {
     7b-graphs) echo "python3 bench/bench_decode.py --arch 7b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     3b-graphs) echo "python3 bench/bench_decode.py --arch 3b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     qwen3) echo "python3 bench/bench_decode.py --arch 7b,qwen3-8b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
-    qwen3-concurrency) echo "python3 bench/bench_concurrency.py --arch qwen3-8b --users 1,8 --poisson-users , --max-images 1 --new-tokens 128 --skip-stock --workdir $W" ;;
+    qwen3-concurrency) echo "python3 bench/bench_concurrency.py --arch qwen3-8b --users 1,8 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     qwen3-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_qwen3.py" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
@@ -51,7 +51,7 @@ command_for() {
     train-profile) echo "env -u PYTHONPATH python3 training/profile_train.py" ;;
     batching-profile) echo "python3 bench/profile_batching.py --workdir $W" ;;
     batching-profile-short) echo "python3 bench/profile_batching.py --rows 1,8,16 --compiled-rows 1,8,16 --no-dequant --workdir $W" ;;
-    concurrency) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 128 --skip-stock --workdir $W" ;;
+    concurrency) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     batching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q -x tests/engine/test_batching_gpu.py" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
     gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;

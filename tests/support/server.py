@@ -96,13 +96,16 @@ def log_in_with_form(client: httpx.Client, tenant: str, user: str, password: str
     assert "error" not in response.headers.get("location", ""), response.headers
 
 
-def tiny_model_server(factory: Any, max_new_tokens: int, endless: bool = False) -> ServerProcess:
+def tiny_model_server(
+    factory: Any, max_new_tokens: int, endless: bool = False, paced: bool | None = None
+) -> ServerProcess:
     """A real server on the engine tests' tiny random model, installed in a fresh store; its
     torch computes on one thread (more only contend with the browser on a small machine).
 
     ``endless``: every answer runs to ``max_new_tokens`` (no stop token is ever picked),
-    written at most ``STEP_S``'s pace (``paced/sitecustomize.py``), for tests that press
-    Stop while an answer streams."""
+    for tests that press Stop while an answer streams. ``paced`` (by default as
+    ``endless``): tokens come at most at ``STEP_S``'s pace (``paced/sitecustomize.py``),
+    so an answer spans several of the page's frames even on a fast machine."""
     from qwen_ui.store import ModelStore
     from tests.engine.conftest import TINY_ID
     from tests.engine.support import build_tiny_model
@@ -118,7 +121,7 @@ def tiny_model_server(factory: Any, max_new_tokens: int, endless: bool = False) 
         "QWEN_UI_MAX_NEW_TOKENS": str(max_new_tokens),
         "OMP_NUM_THREADS": "1",
     }
-    if endless:
+    if paced or (paced is None and endless):
         paths = [str(PACED), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         env["PYTHONPATH"] = os.pathsep.join(paths)
         env["QWEN_UI_TEST_STEP_S"] = str(STEP_S)

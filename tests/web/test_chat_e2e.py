@@ -23,7 +23,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = tiny_model_server(tmp_path_factory, max_new_tokens=24)
+    # paced: at a fast machine's speed 24 tokens fit in one of the page's frames
+    process = tiny_model_server(tmp_path_factory, max_new_tokens=24, paced=True)
     yield process
     process.stop()
 

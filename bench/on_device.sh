@@ -63,7 +63,7 @@ cap_for() {
     case $1 in
     vision) echo 150 ;; gputests | qwen3-gputests | batching-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
-    qwen3) echo 560 ;; qwen3-concurrency) echo 180 ;; *) echo 400 ;;
+    qwen3) echo 560 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac
 }
 

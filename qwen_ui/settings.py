@@ -158,6 +158,17 @@ class Settings(BaseSettings):
         "the prefill's kernels (once per process); on the CPU it keeps AWQ's tensors beside "
         "it (4 bits more per weight). 0 = off.",
     )
+    dense_weight_share: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="AWQ models on CUDA: the most of vram_budget that bf16 copies of the "
+        "int4 weights may take, all together (kept only when all fit; 0 = never). A "
+        "layer multiplies inputs of many rows by its copy instead of the int4 kernel: a "
+        "batch's decode step from the row count where that is faster, timed per layer shape "
+        "at load, and long prompts without dequantizing. Admission counts the copies with "
+        "the weights.",
+    )
     fuse_projections: bool = Field(
         True,
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from qwen_ui.admission.estimate import eager_prefill
-from qwen_ui.engine.shapes import ModelShape, Placement
+from qwen_ui.engine.shapes import ModelFacts, ModelShape, Placement
 from qwen_ui.settings import Settings
 
 # Until the weights are loaded and measured, assume they take their checkpoint size plus
@@ -32,16 +32,24 @@ def request_budget(
     settings: Settings,
     where: Placement,
     resident: int | None,
-    weight_file_bytes: int,
+    expected_weights: int,
     shape: ModelShape | None = None,
 ) -> int:
-    """The budget for requests. ``resident``: bytes measured after loading (None before)."""
+    """The budget for requests. ``resident``: bytes measured after loading (None before,
+    when ``expected_weights`` counts: :func:`expected_weights`)."""
     reserved = pool_reserve(settings, where) + graph_reserve(where, shape)
     limit = device_limit(settings, where) - reserved
     if where.device != "cuda":
         return max(0, limit)
-    weights = resident if resident is not None else int(weight_file_bytes * WEIGHT_OVERHEAD)
+    weights = resident if resident is not None else expected_weights
     return max(0, limit - weights)
+
+
+def expected_weights(facts: ModelFacts) -> int:
+    """The weights' bytes on the device before they are loaded and measured: the
+    checkpoint's tensors with :data:`WEIGHT_OVERHEAD`, and the dense copies the engine
+    keeps of its int4 weights."""
+    return int(facts.weight_file_bytes * WEIGHT_OVERHEAD) + facts.dense_copy_bytes
 
 
 def pool_reserve(settings: Settings, where: Placement) -> int:

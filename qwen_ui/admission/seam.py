@@ -121,7 +121,7 @@ class EngineAdmission:
     # --- the budget -------------------------------------------------------------------
     def _update_budget(self) -> None:
         facts = self._facts
-        weights, shape = (facts.weight_file_bytes, facts.shape) if facts else (0, None)
+        weights, shape = (budgets.expected_weights(facts), facts.shape) if facts else (0, None)
         self.controller.set_budget(
             budgets.request_budget(self.settings, self.placement, self._resident, weights, shape)
         )

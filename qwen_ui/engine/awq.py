@@ -130,7 +130,7 @@ def _cuda_int4_capable(device: torch.device) -> bool:
     return major >= 8
 
 
-def _inner_k_tiles(in_features: int) -> int:
+def inner_k_tiles(in_features: int) -> int:
     for tiles in (8, 4, 2):
         if in_features % (tiles * 16) == 0:
             return tiles
@@ -147,6 +147,7 @@ class Int4Linear(nn.Module):
     packed: torch.Tensor
     scales_and_zeros: torch.Tensor
     weight: torch.Tensor
+    dense: torch.Tensor
     awq_qweight: torch.Tensor
     tile_gather: torch.Tensor
 
@@ -163,6 +164,9 @@ class Int4Linear(nn.Module):
         # Inputs of more rows than this (a long prefill) take a dequantized weight instead
         # of the int4 kernel, which is slow at large batch; 0 = always the kernel.
         self.prefill_rows = 0
+        # Inputs of at least this many rows take a kept bf16 copy of the weight
+        # (qwen_ui.engine.dense_weights); 0 = no copy kept
+        self.dense_rows = 0
         # how that weight is computed: the loader swaps in compiled (fused) versions on CUDA
         self.dequantize: Dequantize = dequantize_for_kernel
         self.dequantize_packed: DequantizePacked = dequantize_tinygemm
@@ -203,7 +207,7 @@ class Int4Linear(nn.Module):
         """The kernel's packed weight and scales; returns the int4 values ``[n, k]``."""
         q = unpack_columns(qweight).t().contiguous()  # int32 [n, k]
         if dev.type == "cuda":
-            packed = pack_for_cuda(q, _inner_k_tiles(self.in_features))
+            packed = pack_for_cuda(q, inner_k_tiles(self.in_features))
         else:
             packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
         self.register_buffer("packed", packed)
@@ -218,7 +222,7 @@ class Int4Linear(nn.Module):
         here for every layer; otherwise a copy of AWQ's ``qweight`` (4 more bits per
         weight)."""
         if q.is_cuda:
-            gather = tile_gather(q.device, _inner_k_tiles(self.in_features))
+            gather = tile_gather(q.device, inner_k_tiles(self.in_features))
             if torch.equal(unpack_tinygemm(self.packed, gather), q):
                 self.register_buffer("tile_gather", gather, persistent=False)
                 return
@@ -229,7 +233,11 @@ class Int4Linear(nn.Module):
         if self.dequantized:
             return nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
         shape = x.shape
-        if self.prefill_rows and x.numel() // self.in_features > self.prefill_rows:
+        rows = x.numel() // self.in_features
+        if self.dense_rows and rows >= self.dense_rows:
+            # the input rounded to bf16 as the kernel takes it
+            return nn.functional.linear(x.to(KERNEL_DTYPE).to(x.dtype), self.dense, self.bias)
+        if self.prefill_rows and rows > self.prefill_rows:
             # the input rounded to bf16 as the kernel takes it; the weight in the compute
             # dtype (bf16 on CUDA, float32 on the CPU)
             weight = self.dequantized_weight(x.dtype)
@@ -248,6 +256,12 @@ class Int4Linear(nn.Module):
             out = out + self.bias.to(x.dtype)
         return out.reshape(*shape[:-1], self.out_features)
 
+    def keep_dense(self, weight: torch.Tensor, rows: int) -> None:
+        """Multiply inputs of ``rows`` rows or more by ``weight`` (``[out, in]``, the
+        compute dtype), a dense copy of this layer's int4 weight."""
+        self.register_buffer("dense", weight, persistent=False)
+        self.dense_rows = rows
+
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """``[out, in]`` in ``dtype`` (only with ``prefill_rows``): from the kernel's packed
         weight (:func:`dequantize_tinygemm`) or the kept AWQ ``qweight``
@@ -259,6 +273,8 @@ class Int4Linear(nn.Module):
 
     def extra_repr(self) -> str:
         path = "dequantized" if self.dequantized else "int4 kernel"
+        if self.dense_rows:
+            path += f", dense from {self.dense_rows} rows"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"group_size={self.group_size}, {path}"

@@ -235,6 +235,7 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.status = status or EngineStatus()
+        self.placement = placement(settings)
         spec = ModelSpec(
             settings.model_id,
             settings.model_revision,
@@ -244,6 +245,7 @@ class Engine:
             settings.prefill_dequant_rows,
             settings.vision_attention,
             settings.fuse_projections,
+            self.placement.dense_limit,
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
@@ -253,7 +255,6 @@ class Engine:
         self.metrics = metrics or EngineMetrics()
         self.admission = admission
         self._declared: dict[str, Declared] = {}  # per snapshot id: its qwen_ui.json
-        self.placement = placement(settings)
         self.fast_path = fast_path(settings, self.placement.device)  # 'auto' resolved
         self._served: ServedModel | None = None
         self._served_lock = asyncio.Lock()

@@ -19,6 +19,7 @@ import torch
 from transformers import AutoConfig, AutoProcessor
 
 from qwen_ui.engine.awq import awq_settings
+from qwen_ui.engine.dense_weights import config_copy_bytes
 from qwen_ui.engine.fastpath import fast_path
 from qwen_ui.engine.generate import CACHE_BUCKET
 from qwen_ui.engine.pipelines import Turn, compute_dtype, messages, pick_device, pixel_bounds
@@ -82,8 +83,9 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
     device = device or pick_device(settings.device)
     path = fast_path(settings, device.type)
     batch = batch_limit(settings)
+    dense = dense_limit(settings, device)
     if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop
-        return Placement(device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode)
+        return Placement(device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode, dense)
     static = path.decode_mode == "static"
     rows = path.prefill_graph_rows
     return Placement(
@@ -91,7 +93,19 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
         static_decode=static,
         cache_bucket=CACHE_BUCKET if static else 0,
         graph_rows=bucket_rows(rows) if rows else 0,
+        dense_limit=dense,
     )
+
+
+def dense_limit(settings: Settings, device: torch.device) -> int:
+    """The most bytes dense copies of int4 weights may take: ``dense_weight_share`` of the
+    memory this process may use on a CUDA device (``vram_budget``); 0 elsewhere."""
+    if device.type != "cuda" or settings.dense_weight_share <= 0 or not torch.cuda.is_available():
+        return 0
+    usable = settings.vram_budget
+    if usable <= 1:  # a fraction of the device
+        usable *= torch.cuda.get_device_properties(device).total_memory
+    return int(settings.dense_weight_share * usable)
 
 
 def batch_limit(settings: Settings) -> int:
@@ -140,8 +154,26 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
     if where.batch_limit > 1:
         shape = replace(shape, batch_limit=where.batch_limit, batch_graphs=where.batch_graphs)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    facts = ModelFacts(snapshot_id, shape, geometry_of(image_processor, low, high), weights)
+    geometry = geometry_of(image_processor, low, high)
+    facts = ModelFacts(snapshot_id, shape, geometry, weights, dense_copies(config, where))
     return ServedModel(facts, processor)
+
+
+def dense_copies(config: Any, where: Placement) -> int:
+    """Bytes of the dense copies the engine will keep of an AWQ model's int4 weights
+    (:mod:`qwen_ui.engine.dense_weights`): all of them when they fit in the placement's
+    ``dense_limit``, else none (0)."""
+    if awq_settings(config) is None:
+        return 0
+    nbytes = config_copy_bytes(text_shape(config))
+    return nbytes if nbytes <= where.dense_limit else 0
+
+
+def dense_copies_at(path: Path, where: Placement) -> int:
+    """:func:`dense_copies` for the model at ``path``."""
+    if not where.dense_limit:
+        return 0
+    return dense_copies(AutoConfig.from_pretrained(path, local_files_only=True), where)
 
 
 def geometry_of(image_processor: Any, min_pixels: int, max_pixels: int) -> Geometry:

@@ -27,6 +27,7 @@ from transformers import AutoProcessor, PreTrainedModel
 from qwen_ui.engine import vision
 from qwen_ui.engine.boxes import GROUNDING_TOKENS, family_of
 from qwen_ui.engine.cache import Embedding
+from qwen_ui.engine.dense_weights import keep_dense_copies
 from qwen_ui.engine.detokenize import decode_keeping
 from qwen_ui.engine.errors import UnsupportedModel
 from qwen_ui.engine.generate import Prompt
@@ -61,6 +62,7 @@ class ModelSpec:
     prefill_dequant_rows: int = 0  # AWQ: prompts longer than this skip the int4 kernel
     vision_attention: str = "batched"  # "stock": transformers' per-window loop
     fuse_projections: bool = True  # AWQ: one int4 matmul for q/k/v and one for gate/up
+    dense_limit: int = 0  # AWQ on CUDA: bytes dense copies of int4 weights may take
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,8 @@ class Pipelines:
             self.spec.prefill_dequant_rows,
             self.spec.fuse_projections,
         )
+        if self.spec.dense_limit:
+            keep_dense_copies(model, self.spec.dense_limit)  # after load: timed on its layers
         if self.spec.vision_attention == "batched":
             vision.install(model)
         return Loaded(

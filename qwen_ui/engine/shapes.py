@@ -100,6 +100,8 @@ class Placement:
     graph_rows: int  # rows of the longest recorded prefill (0: none recorded)
     batch_limit: int = 0  # continuous batching: most sequences at once (0: one at a time)
     batch_graphs: bool = False  # batched decode steps replayed from graphs (CUDA)
+    # AWQ: the most bytes dense copies of the int4 weights may take (0: none kept)
+    dense_limit: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class ModelFacts:
     shape: ModelShape
     geometry: Geometry
     weight_file_bytes: int  # size of the checkpoint's tensors on disk
+    dense_copy_bytes: int = 0  # AWQ: dense copies of the int4 weights the engine will keep
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,9 @@ class Host(Protocol):
         its requests takes its place in the admission line."""
         ...
 
-    def snapshot(self, ref: ModelRef) -> tuple[str, int]:
-        """The ref's snapshot id and checkpoint bytes (blocking; typed store errors)."""
+    def snapshot(self, ref: ModelRef) -> tuple[str, int, int]:
+        """The ref's snapshot id, checkpoint bytes and the bytes of the dense copies its
+        engine will keep of int4 weights (blocking; typed store errors)."""
         ...
 
     async def warm(self, engine: Any) -> None:
@@ -189,9 +190,9 @@ class ModelRegistry:
             if served.counted:
                 return
             ref = ModelRef.parse(served.name)
-            snapshot_id, checkpoint = await asyncio.to_thread(self.host.snapshot, ref)
+            snapshot_id, checkpoint, dense = await asyncio.to_thread(self.host.snapshot, ref)
             served.snapshot_id = served.snapshot_id or snapshot_id
-            need = self.ledger.estimate(checkpoint)
+            need = self.ledger.estimate(checkpoint) + dense
             await self._free(served, need, report)
             self.ledger.add(served.key, need)
             served.counted = True
@@ -315,7 +316,7 @@ class ModelRegistry:
             if entry.ref is None or served is None or served.snapshot_id is None:
                 continue
             try:
-                snapshot_id, _ = await asyncio.to_thread(self.host.snapshot, entry.ref)
+                snapshot_id, *_ = await asyncio.to_thread(self.host.snapshot, entry.ref)
             except QwenUIError as exc:
                 log.warning("model %s: %s", entry.name, exc.message("en"))
                 continue

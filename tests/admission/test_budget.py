@@ -8,9 +8,16 @@ from pathlib import Path
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
 
-from qwen_ui.admission.budget import graph_reserve, pool_reserve, request_budget
+from qwen_ui.admission.budget import (
+    WEIGHT_OVERHEAD,
+    expected_weights,
+    graph_reserve,
+    pool_reserve,
+    request_budget,
+)
 from qwen_ui.admission.estimate import eager_prefill
-from qwen_ui.engine.facts import model_shape, placement
+from qwen_ui.engine.facts import dense_copies, model_shape, placement
+from qwen_ui.engine.shapes import Geometry, ModelFacts
 from qwen_ui.settings import Settings
 from tests.admission.test_estimate import QWEN3_8B, QWEN25_7B
 
@@ -18,6 +25,7 @@ MiB = 1024 * 1024
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")  # only named: nothing here touches a GPU
 GiB = 1024 * MiB
+GEOMETRY = Geometry(14, 2, 2, 3136, 1_003_520)
 
 
 def settings(home: Path, **values: object) -> Settings:
@@ -74,3 +82,29 @@ def test_recorded_prefills_of_qwen3_keep_their_deepstack_buffer(tmp_path: Path) 
     flat = replace(shape, vision=replace(shape.vision, deepstack_layers=0))
     extra = graph_reserve(placement(on, CUDA), shape) - graph_reserve(placement(on, CUDA), flat)
     assert extra == 3 * 1024 * 4096 * 2  # three layers x rows x hidden, bf16
+
+
+def test_dense_copies_count_with_the_weights_until_measured(tmp_path: Path) -> None:
+    """Before loading, the weights count as the checkpoint (with the kernel's overhead)
+    plus the dense copies of the 7B architecture's int4 weights the engine will keep."""
+    config = Qwen2_5_VLConfig(**QWEN25_7B)
+    shape = model_shape(config, torch.bfloat16)
+    on = settings(tmp_path, vram_budget=60 * GiB, static_cache_pool_bytes=0)
+    where = replace(placement(on, CUDA), dense_limit=15 * GiB)
+    config.quantization_config = {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": 128,
+        "zero_point": True,
+        "version": "gemm",
+    }
+    copies = dense_copies(config, where)
+    assert copies == 2 * 28 * (3584 * (3584 + 2 * 512) + 3584 * 3584 + 3 * 3584 * 18944)
+    facts = ModelFacts("s", shape, GEOMETRY, 5 * GiB, copies)
+    assert expected_weights(facts) == int(5 * GiB * WEIGHT_OVERHEAD) + copies
+    # (without the shape: no recorded prefills' reserve)
+    assert request_budget(on, where, None, expected_weights(facts)) == 60 * GiB - (
+        expected_weights(facts)
+    )
+    assert request_budget(on, where, 20 * GiB, expected_weights(facts)) == 40 * GiB  # measured
+    assert dense_copies(config, replace(where, dense_limit=copies - 1)) == 0

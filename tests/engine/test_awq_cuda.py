@@ -18,6 +18,7 @@ from qwen_ui.engine.awq import (
     unpack_tinygemm,
 )
 from qwen_ui.engine.awq_format import dequantize, pack_columns
+from qwen_ui.engine.dense_weights import ROWS, copy_bytes, dense_weight, keep_dense_copies
 from qwen_ui.engine.generate import Generation, Prompt, SamplingOptions, run
 from qwen_ui.engine.loading import load_model
 from qwen_ui.engine.prefill import compile_prefill
@@ -108,3 +109,32 @@ def test_prefill_layers_take_the_triton_unpacking(cuda: torch.device) -> None:
     )
     compile_prefill(nn.ModuleList([layer]))
     assert layer.dequantize_packed is unpack_dequantize
+
+
+def test_dense_copies_multiply_as_the_kernel_from_the_measured_rows(cuda: torch.device) -> None:
+    """A 7B-sized MLP pair: each layer gets a copy equal to the kernel's own weight, used
+    from the row count timed for its shape; a too small limit keeps none."""
+    torch.manual_seed(3)
+    layers = []
+    for out_features, in_features in ((4096, 1024), (1024, 4096)):
+        q, z, s = awq_quantize(torch.randn(out_features, in_features) * 0.05)
+        layers.append(
+            Int4Linear.from_awq(
+                pack_columns(q), pack_columns(z), s, None, 128, cuda, torch.bfloat16
+            )
+        )
+    model = nn.Sequential(*layers)
+    assert keep_dense_copies(model, copy_bytes(layers) - 1) == 0
+    kept = keep_dense_copies(model, copy_bytes(layers))
+    assert kept == sum(1 for layer in layers if layer.dense_rows)
+    for layer in layers:
+        weight = dense_weight(layer)
+        assert weight is not None
+        x = torch.randn(16, layer.in_features, device=cuda, dtype=torch.bfloat16)
+        kernel = torch._weight_int4pack_mm(x, layer.packed, 128, layer.scales_and_zeros)
+        cosine = nn.functional.cosine_similarity(
+            nn.functional.linear(x, weight).float().flatten(), kernel.float().flatten(), dim=0
+        )
+        assert cosine.item() >= 0.9999
+        assert layer.dense_rows in (0, *ROWS)
+        print(f"{layer.out_features}x{layer.in_features}: dense from {layer.dense_rows} rows")

@@ -3,6 +3,9 @@ of the demo model's held-out questions the tokens it gets alone, with the decode
 eager or replayed from the CUDA graphs recorded per batch-size bucket, of the eager forward
 or of the Inductor-compiled one (the default on CUDA).
 
+With dense copies of the int4 weights (``dense``), rows of a batch multiply by those
+while a lone row takes the int4 kernel.
+
 Run there: ``python -m pytest tests/engine/test_batching_gpu.py -m gpu -q``.
 
 Exactness between two bf16 paths holds only where the reference is decided: rows of a
@@ -14,6 +17,7 @@ only such near-ties, at most one in 24 questions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,9 @@ import pytest
 import torch
 
 from qwen_ui.demo import scenes
+from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.batching import Batch, Sequence
+from qwen_ui.engine.dense_weights import dense_weight
 from qwen_ui.engine.generate import (
     CACHE_BUCKET,
     Generation,
@@ -80,7 +86,25 @@ def together(demo: Loaded, samples: list[scenes.Sample]) -> dict[str, list[list[
         "eager": batched(demo, samples, False),
         "graphs": batched(demo, samples, True),
         "compiled": batched(demo, samples, True, compiled=True),
+        "dense": with_dense_copies(demo, lambda: batched(demo, samples, True, compiled=True)),
     }
+
+
+def with_dense_copies(loaded: Loaded, work: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """``work()`` with every int4 layer multiplying inputs of two rows or more by a dense
+    copy of its weight (forced here; the load times where each shape gains from it), so
+    every batch bucket but the one-row one takes the copies."""
+    layers = [m for m in loaded.language.model.modules() if isinstance(m, Int4Linear)]
+    for layer in layers:
+        weight = dense_weight(layer)
+        assert weight is not None
+        layer.keep_dense(weight, 2)
+    try:
+        return work()
+    finally:
+        for layer in layers:
+            layer.dense_rows = 0
+            delattr(layer, "dense")
 
 
 def batch_of(
@@ -166,7 +190,7 @@ def test_graphs_are_recorded_again_when_the_cache_grows(
     assert graphs.record and graphs.buckets == [1] and 9 in out
 
 
-@pytest.mark.parametrize("step", ["eager", "graphs", "compiled"])
+@pytest.mark.parametrize("step", ["eager", "graphs", "compiled", "dense"])
 def test_a_batch_gives_each_question_its_tokens_alone(
     demo: Loaded,
     samples: list[scenes.Sample],

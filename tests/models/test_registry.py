@@ -57,8 +57,9 @@ class FakeEngine:
 
 
 class FakeHost:
-    def __init__(self, sizes: dict[str, int]) -> None:
+    def __init__(self, sizes: dict[str, int], dense: dict[str, int] | None = None) -> None:
         self.sizes = sizes  # checkpoint bytes per OWNER/NAME@REV
+        self.dense = dense or {}  # dense copies of int4 weights the engine would keep
         self.snapshots = {name: "snap-1" for name in sizes}
         self.engines: list[FakeEngine] = []
 
@@ -68,10 +69,10 @@ class FakeHost:
         self.engines.append(engine)
         return Served(entry.name, engine, None, key, status)  # type: ignore[arg-type]
 
-    def snapshot(self, ref: ModelRef) -> tuple[str, int]:
+    def snapshot(self, ref: ModelRef) -> tuple[str, int, int]:
         if str(ref) not in self.sizes:
             raise ModelNotInstalled(model_id=ref.model_id, revision=ref.revision, command="x")
-        return self.snapshots[str(ref)], self.sizes[str(ref)]
+        return self.snapshots[str(ref)], self.sizes[str(ref)], self.dense.get(str(ref), 0)
 
     async def warm(self, engine: FakeEngine) -> None:
         await engine.preload()
@@ -143,6 +144,15 @@ async def test_least_recently_used_idle_model_is_unloaded(tmp_path: Path) -> Non
     assert [models.entries[n].state.value for n in (A, B, C)] == ["ready", "not_loaded", "ready"]
     assert host.live(B) == [] and len(host.live(A)) == len(host.live(C)) == 1
     assert models.ledger is not None and models.ledger.total == 8 * MB
+
+
+async def test_dense_copies_count_with_the_weights_before_loading(tmp_path: Path) -> None:
+    host = FakeHost({A: 3 * MB, B: 3 * MB}, dense={B: 3 * MB})
+    models = registry(tmp_path, [A, B], host, limit_mb=8)  # A and B's checkpoints would fit
+    await answer(models, question(), A)
+    await answer(models, question(), B)  # B with its copies does not fit beside A
+    assert [models.entries[n].state.value for n in (A, B)] == ["not_loaded", "ready"]
+    assert models.ledger is not None and models.ledger.total == 3 * MB + 3 * MB
 
 
 async def test_a_busy_model_is_never_unloaded_the_load_waits(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ host before the next launch, as :class:`~qwen_ui.engine.batching.Batch` does). V
 step recorded as a CUDA graph, int4 kernel), ``graph-repeat-kv`` (the same with
 transformers' attention, which repeats the cache per query head under a mask),
 ``graph-dequant`` (each int4 layer on a weight dequantized per call, rows >= 2),
+``graph-dense`` (each int4 layer on a kept bf16 copy of its weight, rows >= 2: what
+``dense_weight_share`` keeps, forced from 2 rows instead of the load's timed crossover),
 ``graph-compiled`` (the step through
 ``torch.compile``, Inductor, recorded the same way; only ``--compiled-rows``, with its
 compile time) and, for comparison, ``one-request``: the single-request loop's compiled
@@ -46,6 +48,7 @@ from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.batch_prefill import Prefill
 from qwen_ui.engine.batching import Sequence
 from qwen_ui.engine.decode_graphs import DecodeGraphs
+from qwen_ui.engine.dense_weights import dense_weight
 from qwen_ui.engine.generate import (
     CachePool,
     Generation,
@@ -172,6 +175,22 @@ def dequantized(model: torch.nn.Module, on: bool) -> Iterator[None]:
             layer.prefill_rows = DEQUANT_ROWS
 
 
+@contextmanager
+def dense_copies(model: torch.nn.Module, on: bool) -> Iterator[None]:
+    """Every int4 layer on a kept bf16 copy of its weight for inputs of 2 rows or more."""
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear)] if on else []
+    for layer in layers:
+        weight = dense_weight(layer)
+        assert weight is not None, "the kernel's layout was not recognised"
+        layer.keep_dense(weight, 2)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.dense_rows = 0
+            delattr(layer, "dense")
+
+
 def bucket_times(
     graphs: DecodeGraphs, seq: Sequence, rows: int, args: argparse.Namespace
 ) -> tuple[dict[str, Any], torch.Tensor]:
@@ -210,9 +229,13 @@ def variant(
     forward = torch.compile(model.forward, dynamic=False) if name == "graph-compiled" else None
     graphs = DecodeGraphs(model, cache, forward=forward)
     out: dict[str, Any] = {"slot_length": cache.length, "buckets": {}}
-    with dequantized(model, name == "graph-dequant"), repeated_kv(name == "graph-repeat-kv"):
+    with (
+        dequantized(model, name == "graph-dequant"),
+        repeated_kv(name == "graph-repeat-kv"),
+        dense_copies(model, name == "graph-dense"),
+    ):
         for r in rows:
-            if name == "graph-dequant" and r < 2:
+            if name in ("graph-dequant", "graph-dense") and r < 2:
                 continue
             try:
                 figures, logits = bucket_times(graphs, seq, r, args)
@@ -240,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--no-dequant", action="store_true", help="skip graph-dequant")
+    p.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated variants to run, 'graph' first, and 'one-request' "
+        "(default: all that apply)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     rows = [int(r) for r in args.rows.split(",") if r]
@@ -261,8 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         plan = [("graph", rows), ("graph-repeat-kv", rows)]
         if not args.no_dequant:
             plan.append(("graph-dequant", rows))
+        if device.type == "cuda":
+            plan.append(("graph-dense", rows))
         if compiled and device.type == "cuda":
             plan.append(("graph-compiled", compiled))
+        if args.variants:
+            plan = [v for v in plan if v[0] in args.variants.split(",")]
         for variant_name, variant_rows in plan:
             t0 = time.perf_counter()
             result[variant_name] = variant(
@@ -270,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             result[variant_name]["seconds"] = round(time.perf_counter() - t0, 1)
             sys.stderr.write(json.dumps({variant_name: result[variant_name]}) + "\n")
-    result["one-request"] = one_request(loaded, prompt, args)
+    if not args.variants or "one-request" in args.variants.split(","):
+        result["one-request"] = one_request(loaded, prompt, args)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 

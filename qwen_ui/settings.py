@@ -159,7 +159,7 @@ class Settings(BaseSettings):
         "it (4 bits more per weight). 0 = off.",
     )
     dense_weight_share: float = Field(
-        0.25,
+        0.0,
         ge=0.0,
         le=1.0,
         description="AWQ models on CUDA: the most of vram_budget that bf16 copies of the "
@@ -167,7 +167,7 @@ class Settings(BaseSettings):
         "layer multiplies inputs of many rows by its copy instead of the int4 kernel: a "
         "batch's decode step from the row count where that is faster, timed per layer shape "
         "at load, and long prompts without dequantizing. Admission counts the copies with "
-        "the weights.",
+        "the weights. Opt-in: the 7B architecture's copies take about 12 GiB.",
     )
     fuse_projections: bool = Field(
         True,

@@ -187,8 +187,7 @@ def dense_copies(model: torch.nn.Module, on: bool) -> Iterator[None]:
         yield
     finally:
         for layer in layers:
-            layer.dense_rows = 0
-            delattr(layer, "dense")
+            layer.drop_dense()
 
 
 def bucket_times(

@@ -449,6 +449,12 @@ class Settings(BaseSettings):
         assert self.log_dir is not None
         return self.log_dir
 
+    def vram_bytes(self, device_total: int) -> int:
+        """``vram_budget`` in bytes on a device of ``device_total`` bytes."""
+        if self.vram_budget > 1:
+            return int(self.vram_budget)
+        return int(self.vram_budget * device_total)
+
     @property
     def model_refs(self) -> tuple[str, ...]:
         """The offered models, ``OWNER/NAME@REV``, the default first."""

@@ -22,10 +22,10 @@ def device_limit(settings: Settings, where: Placement) -> int:
     """Bytes this process may use on its device for weights and requests together."""
     if where.device != "cuda":
         return settings.cpu_budget_bytes
-    if settings.vram_budget > 1:
-        return int(settings.vram_budget)
-    total = torch.cuda.get_device_properties(torch.device(where.device)).total_memory
-    return int(settings.vram_budget * total)
+    bytes_given = settings.vram_budget > 1  # then the device's size is not needed
+    device = torch.device(where.device)
+    total = 0 if bytes_given else torch.cuda.get_device_properties(device).total_memory
+    return settings.vram_bytes(total)
 
 
 def request_budget(

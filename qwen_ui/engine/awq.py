@@ -262,6 +262,12 @@ class Int4Linear(nn.Module):
         self.register_buffer("dense", weight, persistent=False)
         self.dense_rows = rows
 
+    def drop_dense(self) -> None:
+        """Back to the int4 kernel for every row count; the copy is freed."""
+        self.dense_rows = 0
+        if hasattr(self, "dense"):
+            delattr(self, "dense")
+
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """``[out, in]`` in ``dtype`` (only with ``prefill_rows``): from the kernel's packed
         weight (:func:`dequantize_tinygemm`) or the kept AWQ ``qweight``

@@ -38,12 +38,12 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # row counts timed per layer shape
 REPEATS = 9  # timed calls per path and row count (their median counts)
 FLUSH_BYTES = 256 << 20  # written before each timed call: more than any L2 cache
 MATCH = 2e-2  # the most relative error allowed between the copy's and the kernel's output
+COPY_ITEM = KERNEL_DTYPE.itemsize  # bytes per weight of a copy
 
 
 def copy_bytes(layers: Sequence[Int4Linear]) -> int:
     """Bytes the dense copies of ``layers`` take (bf16)."""
-    size = torch.empty((), dtype=KERNEL_DTYPE).element_size()
-    return sum(size * m.in_features * m.out_features for m in layers)
+    return sum(COPY_ITEM * m.in_features * m.out_features for m in layers)
 
 
 def config_copy_bytes(text: TextShape) -> int:
@@ -51,8 +51,7 @@ def config_copy_bytes(text: TextShape) -> int:
     q/k/v, o, gate, up and down projections (the linears AWQ checkpoints quantize)."""
     q, kv = text.heads * text.head_dim, text.kv_heads * text.head_dim
     per_layer = text.hidden * (q + 2 * kv) + q * text.hidden + 3 * text.hidden * text.intermediate
-    size = torch.empty((), dtype=KERNEL_DTYPE).element_size()
-    return text.layers * per_layer * size
+    return text.layers * per_layer * COPY_ITEM
 
 
 def crossover_rows(
@@ -79,9 +78,7 @@ def keep_dense_copies(model: nn.Module, limit: int) -> int:
     except (RuntimeError, ValueError):  # the model still runs on its int4 kernels
         log.exception("dense copies of the int4 weights failed: none kept")
         for layer in layers:
-            layer.dense_rows = 0
-            if hasattr(layer, "dense"):
-                delattr(layer, "dense")
+            layer.drop_dense()
         return 0
 
 

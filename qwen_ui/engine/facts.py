@@ -102,9 +102,7 @@ def dense_limit(settings: Settings, device: torch.device) -> int:
     memory this process may use on a CUDA device (``vram_budget``); 0 elsewhere."""
     if device.type != "cuda" or settings.dense_weight_share <= 0 or not torch.cuda.is_available():
         return 0
-    usable = settings.vram_budget
-    if usable <= 1:  # a fraction of the device
-        usable *= torch.cuda.get_device_properties(device).total_memory
+    usable = settings.vram_bytes(torch.cuda.get_device_properties(device).total_memory)
     return int(settings.dense_weight_share * usable)
 
 

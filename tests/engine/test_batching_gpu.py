@@ -103,8 +103,7 @@ def with_dense_copies(loaded: Loaded, work: Callable[[], list[list[int]]]) -> li
         return work()
     finally:
         for layer in layers:
-            layer.dense_rows = 0
-            delattr(layer, "dense")
+            layer.drop_dense()
 
 
 def batch_of(

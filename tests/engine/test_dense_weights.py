@@ -72,6 +72,11 @@ def test_inputs_of_enough_rows_take_the_copy_fewer_the_kernel() -> None:
         assert not torch.allclose(layer(x), before[rows], atol=1e-2)
     # rows are counted over every leading dimension: [2, 2, 256] is four rows
     assert torch.equal(layer(torch.ones(2, 2, 256))[0, 0], layer(torch.ones(4, 256))[0])
+    layer.drop_dense()
+    assert layer.dense_rows == 0 and not hasattr(layer, "dense")
+    x = torch.randn(9, 256)
+    kernel_only = int4_layer()  # the same weights, never given a copy
+    assert torch.equal(layer(x), kernel_only(x))
 
 
 def test_no_copies_off_cuda() -> None:

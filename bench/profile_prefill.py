@@ -8,7 +8,14 @@ own pipelines.
     python bench/profile_prefill.py --device cpu --arch tiny --reps 2   # CPU dry run
 
 A prefill with a cached image is the language-model phase alone (the embedding cache
-skips the processor and the vision tower). Prints one JSON document on stdout.
+skips the processor and the vision tower). ``--newcomers 1,8,16`` also times what
+continuous batching does when that many questions (one image each) join at one step
+boundary: the processor over all their images, the vision tower's one call
+(``encode_many``), their prompts, and their joint padded prefill
+(:class:`~qwen_ui.engine.batch_prefill.Prefill`), with that prefill's kernel categories.
+Prints one JSON document on stdout.
+
+    python bench/profile_prefill.py --prefill-dequant-rows 256 --newcomers 1,8,16   # H200
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from PIL import Image
 from torch.profiler import ProfilerActivity, profile
 
 from qwen_ui.engine.awq import Int4Linear
+from qwen_ui.engine.batch_prefill import Prefill
+from qwen_ui.engine.batching import Sequence
 from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
@@ -123,6 +132,78 @@ def profile_prefill(loaded: Loaded, text: str, static: bool, reps: int) -> dict[
     return summary
 
 
+def newcomer(prompt: Any) -> Sequence:
+    """A batch sequence for ``prompt`` whose callbacks do nothing (only prefilled here)."""
+    return Sequence(
+        prompt, SamplingOptions(1), frozenset(), _ignore, _ignore, _ignore, lambda: False
+    )
+
+
+def _ignore(_event: object) -> None:
+    return None
+
+
+def join_phases(loaded: Loaded, text: str, count: int, seed: int) -> dict[str, float]:
+    """Milliseconds of each phase of ``count`` uncached one-image questions joining
+    together, as :func:`qwen_ui.engine.answering.prepare` and the batch's prefill run
+    them."""
+    vision, language = loaded.vision, loaded.language
+    device = language.model.device
+    images = [noise_image(seed + i) for i in range(count)]
+    _, processor_ms = timed(
+        lambda: vision.image_processor(images=images, size=vision.size, return_tensors="pt"),
+        device,
+    )
+    embeddings, encode_ms = timed(lambda: vision.encode_many(images), device)
+    prompts, prompt_ms = timed(
+        lambda: [language.build_prompt([Turn(text, 1)], [e]) for e in embeddings], device
+    )
+    _, prefill_ms = timed(lambda: joint_prefill(language.model, prompts), device)
+    return {
+        "prompt_tokens": float(max(p.length for p in prompts)),
+        "processor_ms": processor_ms,
+        "vision_ms": encode_ms - processor_ms,
+        "prompt_ms": prompt_ms,
+        "prefill_ms": prefill_ms,
+        "total_ms": encode_ms + prompt_ms + prefill_ms,
+    }
+
+
+def joint_prefill(model: Any, prompts: list[Any]) -> Any:
+    """The batch's padded pass over ``prompts`` and their last positions' logits."""
+    with torch.inference_mode():
+        prefill = Prefill(model, [newcomer(p) for p in prompts])
+        prefill.advance(0)
+        return prefill.logits()
+
+
+def profile_join(loaded: Loaded, text: str, count: int, reps: int) -> dict[str, Any]:
+    """Kernel categories of ``reps`` joint prefills of ``count`` cached-image prompts."""
+    device = loaded.language.model.device
+    embeddings = loaded.vision.encode_many([noise_image(i) for i in range(count)])
+    prompts = [loaded.language.build_prompt([Turn(text, 1)], [e]) for e in embeddings]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(reps):
+            joint_prefill(loaded.language.model, prompts)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return summarise(device_events(prof, device), reps)
+
+
+def newcomers(loaded: Loaded, text: str, counts: list[int], reps: int) -> dict[str, Any]:
+    """:func:`join_phases` (median of ``reps``) and :func:`profile_join` per count."""
+    out: dict[str, Any] = {}
+    for count in counts:
+        join_phases(loaded, text, count, 1000)  # warm-up at this batch's shapes
+        rows = [join_phases(loaded, text, count, 2000 + 100 * i) for i in range(reps)]
+        out[str(count)] = {
+            "phases_ms": median_phases(rows),
+            "prefill_profile": profile_join(loaded, text, count, max(1, reps // 2)),
+        }
+    return out
+
+
 def dequantize_bytes(model: Any) -> int:
     """Bytes one prefill's dequantize moves: every int4 layer's packed weight and scales
     read, its weight written in the compute dtype (2 bytes)."""
@@ -157,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arch_options(p)
     p.add_argument("--prefill-dequant-rows", type=int, default=0)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--newcomers", default="", help="counts of one-image questions joining")
     args = p.parse_args(argv)
     name, path = arch_checkpoint(args.workdir, args.arch)
     loaded = load(path, args.device, args.prefill_dequant_rows)
@@ -176,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     result["cached_image_prefill"] = profile_prefill(loaded, text, static, args.reps)
     result["dequantize_bandwidth"] = dequantize_rate(loaded, result["cached_image_prefill"])
+    if args.newcomers:
+        counts = [int(c) for c in args.newcomers.split(",")]
+        result["newcomers"] = newcomers(loaded, text, counts, args.reps)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 

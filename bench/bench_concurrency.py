@@ -21,7 +21,10 @@ one batched ``generate`` call each on the same weights dequantized to bf16
 (``--stock-users``; ``--skip-stock`` leaves it out). ``--a10`` caps the engine's phase at
 22 GiB (``torch.cuda.set_per_process_memory_fraction``, the admission budget taken from
 it; the A10 profile of issue 31 is 16 and 32 users); the bar of every engine run is zero
-CUDA OOM with every user answered. Prints one JSON document on stdout.
+CUDA OOM with every user answered. ``--peer dense_weight_share=0.25`` (settings as
+``NAME=VALUE``, comma-separated) runs the engine's phase a second time in the same
+process with those settings changed (``engine_peer``), for a comparison in one call.
+Prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -233,10 +236,12 @@ def _ooms(device: torch.device) -> int:
     return int(torch.cuda.memory_stats(device).get("num_ooms", 0))
 
 
-async def engine_phase(args: argparse.Namespace, path: Path) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
+async def engine_phase(
+    args: argparse.Namespace, path: Path, changed: dict[str, str] | None = None
+) -> dict[str, Any]:
+    extra: dict[str, Any] = dict(changed or {})
     if args.a10:
-        extra = {"vram_budget": float(A10_LIMIT)}
+        extra["vram_budget"] = float(A10_LIMIT)
     engine, startup = await started_engine(engine_settings(args, **extra), path)
     runs = []
     try:
@@ -334,6 +339,14 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _settings(text: str) -> dict[str, str]:
+    """``NAME=VALUE,...`` as settings to change (checked by :class:`Settings`)."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if any(len(pair) != 2 or pair[0] not in Settings.model_fields for pair in pairs):
+        raise argparse.ArgumentTypeError(f"not NAME=VALUE of known settings: {text}")
+    return dict(pairs)  # type: ignore[arg-type]
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
@@ -351,6 +364,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--a10", action="store_true", help="the engine capped at 22 GiB (the stock peer is not)"
     )
+    p.add_argument("--peer", type=_settings, default={}, help="NAME=VALUE,... for a second run")
     p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
     args = p.parse_args(argv)
     if args.stock_users is None:
@@ -377,13 +391,21 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     if args.a10 and device.type == "cuda":
         limit_device_memory(device, A10_LIMIT)
     result["engine"] = asyncio.run(engine_phase(args, path))
+    phases = [result["engine"]]
+    if args.peer:
+        _free(device)
+        peer = asyncio.run(engine_phase(args, path, args.peer))
+        result["engine_peer"] = {"settings": args.peer, **peer}
+        phases.append(peer)
     if not args.skip_stock:
         _free(device)
         if args.a10 and device.type == "cuda":
             torch.cuda.set_per_process_memory_fraction(1.0, device.index or 0)
         result["stock_generate_bf16_static"] = stock_phase(args, path)
     result["ok"] = all(
-        r["cuda_ooms"] == 0 and set(r["outcomes"]) == {"done"} for r in result["engine"]["runs"]
+        r["cuda_ooms"] == 0 and set(r["outcomes"]) == {"done"}
+        for phase in phases
+        for r in phase["runs"]
     )
     return result
 

@@ -84,6 +84,33 @@ def test_qwen3_architecture_runs_through_engine_and_stock(
     assert stock["new_tokens"] == 8
 
 
+def test_peer_runs_the_engine_again_with_settings_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--peer max_batch=1``: a second engine phase in the same process, one request at a
+    time, reported beside the default one."""
+    argv = [
+        "--arch", "tiny", "--device", "cpu", "--users", "2", "--poisson-users", ",",
+        "--new-tokens", "4", "--size", "224x224", "--skip-stock", "--peer", "max_batch=1",
+        "--workdir", str(tmp_path),
+    ]  # fmt: skip
+    assert load_bench().main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    peer = result["engine_peer"]
+    assert result["ok"] is True and peer["settings"] == {"max_batch": "1"}
+    for phase in (result["engine"], peer):
+        (run,) = phase["runs"]
+        assert run["outcomes"] == {"done": 2}
+
+
+def test_peer_settings_must_be_known() -> None:
+    bench = load_bench()
+    assert bench.parse(["--peer", "dense_weight_share=0.25"]).peer == {"dense_weight_share": "0.25"}
+    for bad in ("no_such_setting=1", "max_batch"):
+        with pytest.raises(SystemExit):
+            bench.parse(["--peer", bad])
+
+
 def test_unknown_architecture_is_refused() -> None:
     with pytest.raises(SystemExit):
         load_bench().parse(["--arch", "qwen3-9b"])

@@ -29,3 +29,25 @@ def test_prefill_phases_and_kernels(
     int4 = categories.get("int4 matmul", {"calls_per_step": 0})["calls_per_step"]
     assert int4 == int4_per_layer * layers
     assert (rows > 0) == ("dequantize" in categories)
+
+
+@pytest.mark.slow
+def test_newcomers_phases_and_joint_prefill(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--newcomers 1,2``: the phases of that many one-image questions joining together
+    add up, and two prompts are prefilled in one pass (as many int4 matmuls as one)."""
+    argv = ["--device", "cpu", "--arch", "tiny", "--reps", "1", "--workdir", str(tmp_path)]
+    result = run_main("profile_prefill", [*argv, "--newcomers", "1,2"], capsys)
+    joined = result["newcomers"]
+    assert isinstance(joined, dict) and set(joined) == {"1", "2"}
+    for entry in joined.values():
+        phases = entry["phases_ms"]
+        parts = phases["processor_ms"] + phases["vision_ms"] + phases["prompt_ms"]
+        assert phases["total_ms"] == pytest.approx(parts + phases["prefill_ms"], abs=0.05)
+        assert phases["prompt_tokens"] > result["phases_ms"]["image_tokens"]
+    one, two = (
+        joined[k]["prefill_profile"]["by_category"]["int4 matmul"]["calls_per_step"]
+        for k in ("1", "2")
+    )
+    assert one == two > 0

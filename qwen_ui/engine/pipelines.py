@@ -87,7 +87,8 @@ def compute_dtype(device: torch.device) -> torch.dtype:
 
 
 class VisionPipeline:
-    """Image → (pixel patches, grid) → embeddings, one image at a time."""
+    """Images → (pixel patches, grids) → embeddings, several images in one pass of the
+    vision tower."""
 
     def __init__(self, processor: Any, model: PreTrainedModel, spec: ModelSpec) -> None:
         self.image_processor = processor.image_processor
@@ -99,38 +100,32 @@ class VisionPipeline:
             f"min={low},max={high},"
             f"patch={self.image_processor.patch_size},merge={self.image_processor.merge_size}"
         )
-        vision_config = getattr(model.config, "vision_config", None)
-        self.deepstack = bool(getattr(vision_config, "deepstack_visual_indexes", None))
 
-    @torch.inference_mode()
     def encode(self, image: Image.Image) -> Embedding:
-        batch = self.image_processor(images=[image], size=self.size, return_tensors="pt")
-        grid = batch["image_grid_thw"].to(self.device)
-        pixels = batch["pixel_values"].to(self.device)
-        out = self.model.model.get_image_features(pixels, grid, return_dict=True)
-        features = out.pooler_output[0].detach().to("cpu")
-        t, h, w = (int(v) for v in grid[0].tolist())
-        deepstack = getattr(out, "deepstack_features", None)  # Qwen3-VL only
-        stacked = None
-        if deepstack:
-            stacked = torch.stack([layer[0].detach() for layer in deepstack]).to("cpu")
-        return Embedding(features, (t, h, w), stacked)
+        return self.encode_many([image])[0]
 
     @torch.inference_mode()
     def encode_many(self, images: Sequence[Image.Image]) -> list[Embedding]:
         """The embeddings of several images (several requests' too) from one pass of the
-        vision tower, which attends within each image; one image at a time for towers
-        with deepstack features (Qwen3-VL)."""
-        if len(images) <= 1 or self.deepstack:
-            return [self.encode(image) for image in images]
+        vision tower, which attends within each image; with Qwen3-VL's deepstack features,
+        each image's slice of every layer's."""
+        if not images:
+            return []
         batch = self.image_processor(images=list(images), size=self.size, return_tensors="pt")
         grid = batch["image_grid_thw"].to(self.device)
         pixels = batch["pixel_values"].to(self.device)
         out = self.model.model.get_image_features(pixels, grid, return_dict=True)
         grids = [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
+        deepstack = getattr(out, "deepstack_features", None)  # Qwen3-VL only
         return [
-            Embedding(features.detach().to("cpu"), thw, None)
-            for features, thw in zip(out.pooler_output, grids, strict=True)
+            Embedding(
+                features.detach().to("cpu"),
+                thw,
+                torch.stack([layer[i].detach() for layer in deepstack]).to("cpu")
+                if deepstack
+                else None,
+            )
+            for i, (features, thw) in enumerate(zip(out.pooler_output, grids, strict=True))
         ]
 
 

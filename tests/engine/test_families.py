@@ -61,9 +61,9 @@ def test_decode_loop_matches_generate(loaded: Loaded, tmp_path: Path) -> None:
 
 
 def test_a_batch_decodes_each_prompt_as_it_is_decoded_alone(loaded: Loaded) -> None:
-    """Continuous batching with the other families: Qwen3-VL's prompts with images are
-    prefilled alone (deepstack), its text-only one and Qwen2-VL's together; the images are
-    encoded in one call where the tower allows."""
+    """Continuous batching with the other families: the prompts (with and without
+    images, Qwen3-VL's with their DeepStack features) prefilled together, after the
+    images are encoded in one call."""
     from qwen_ui.engine.batching import Batch, Sequence
     from qwen_ui.engine.generate import Outcome
 

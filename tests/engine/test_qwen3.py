@@ -177,6 +177,21 @@ def test_tokens_match_generate(
         assert generation.graphs is not None and generation.graphs.buckets
 
 
+def test_images_encoded_together_are_encoded_as_alone(pair: tuple[Loaded, Any]) -> None:
+    """One pass of the tower over three images (of different sizes) gives each image the
+    features and deepstack features it gets alone."""
+    vision = pair[0].vision
+    together = vision.encode_many(images(3))
+    for image, joint in zip(images(3), together, strict=True):
+        alone = vision.encode(image)
+        assert joint.grid_thw == alone.grid_thw
+        assert joint.deepstack is not None and alone.deepstack is not None
+        assert joint.deepstack.shape == alone.deepstack.shape
+        torch.testing.assert_close(joint.features, alone.features, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(joint.deepstack, alone.deepstack, rtol=1e-5, atol=1e-5)
+    assert len({e.grid_thw for e in together}) > 1
+
+
 def test_the_awq_revision_runs_on_fused_int4_layers(store: ModelStore) -> None:
     spec = ModelSpec(MODEL, "awq", "cpu", 3136, 128 * 128)
     model = Pipelines(store, spec, EngineStatus()).load().language.model

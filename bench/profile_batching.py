@@ -21,7 +21,10 @@ transformers' attention, which repeats the cache per query head under a mask),
 ``torch.compile``, Inductor, recorded the same way; only ``--compiled-rows``, with its
 compile time) and, for comparison, ``one-request``: the single-request loop's compiled
 static step (``generate.compiled_step``). ``max_abs_logit_diff`` compares a variant's
-logits with ``graph``'s for the same step. Prints one JSON document on stdout.
+logits with ``graph``'s for the same step. ``--kernels 1,8,16`` adds where each of those
+steps' device time goes (``torch.profiler`` kernel categories of ``--steps`` unrecorded
+steps: the recorded step runs the same kernels), with the int4 kernel and, on CUDA, with
+the dense copies (``kernels`` and ``kernels-dense``). Prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
-from _profiling import profile_parser
+from _profiling import device_events, profile_parser, summarise
+from torch.profiler import ProfilerActivity, profile
 
 from qwen_ui.engine import fused
 from qwen_ui.engine.awq import Int4Linear
@@ -252,6 +256,31 @@ def variant(
     return out
 
 
+def step_kernels(
+    loaded: Loaded, prompt: Prompt, rows: list[int], args: argparse.Namespace, dense: bool
+) -> dict[str, Any]:
+    """Kernel categories of ``args.steps`` unrecorded batch steps per count of ``rows``."""
+    model = loaded.language.model
+    device = model.device
+    cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
+    graphs = DecodeGraphs(model, cache, record=False)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    out: dict[str, Any] = {}
+    with dense_copies(model, dense):
+        for r in rows:
+            ids, pos = [seq.last] * r, [seq.length] * r
+            rope = [seq.length + seq.rope_delta] * r
+            for _ in range(2):  # warm-up: autotuning, allocations
+                graphs.logits(ids, pos, rope)
+            sync(device)
+            with profile(activities=activities) as prof:
+                for _ in range(args.steps):
+                    graphs.logits(ids, pos, rope)
+                sync(device)
+            out[str(r)] = summarise(device_events(prof, device), args.steps)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = profile_parser(__doc__)
     add_arch_options(p)
@@ -262,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--no-dequant", action="store_true", help="skip graph-dequant")
+    p.add_argument("--kernels", default="", help="rows whose step's kernels are profiled")
     p.add_argument(
         "--variants",
         default="",
@@ -302,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             result[variant_name]["seconds"] = round(time.perf_counter() - t0, 1)
             sys.stderr.write(json.dumps({variant_name: result[variant_name]}) + "\n")
+        kernel_rows = [int(r) for r in args.kernels.split(",") if r]
+        if kernel_rows:
+            result["kernels"] = step_kernels(loaded, prompt, kernel_rows, args, False)
+        if kernel_rows and device.type == "cuda":
+            result["kernels-dense"] = step_kernels(loaded, prompt, kernel_rows, args, True)
     if not args.variants or "one-request" in args.variants.split(","):
         result["one-request"] = one_request(loaded, prompt, args)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")

@@ -35,6 +35,15 @@ def provenance(script: str, argv: list[str] | None, device: torch.device) -> dic
     return {"command": " ".join(["python", script, *args]), "device": name}
 
 
+def activities(device: torch.device) -> list[Any]:
+    """What ``torch.profiler.profile`` records: the host's operators, and the device's
+    kernels on CUDA."""
+    from torch.profiler import ProfilerActivity
+
+    cuda = [ProfilerActivity.CUDA] if device.type == "cuda" else []
+    return [ProfilerActivity.CPU, *cuda]
+
+
 def category(name: str) -> str:
     lower = name.lower()
     for label, fragments in CATEGORIES:

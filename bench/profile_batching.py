@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
-from _profiling import device_events, profile_parser, summarise
-from torch.profiler import ProfilerActivity, profile
+from _profiling import activities, device_events, profile_parser, summarise
+from torch.profiler import profile
 
 from qwen_ui.engine import fused
 from qwen_ui.engine.awq import Int4Linear
@@ -132,9 +132,7 @@ def filled_cache(
     loaded: Loaded, prompt: Prompt, rows: int, new_tokens: int
 ) -> tuple[SlotCache, Sequence]:
     """A slot cache of ``rows`` slots, each holding the prompt's keys and values."""
-    seq = Sequence(
-        prompt, SamplingOptions(new_tokens), frozenset(), _ignore, _ignore, _ignore, _never
-    )
+    seq = silent_sequence(prompt, new_tokens)
     prefill = Prefill(loaded.language.model, [seq])
     prefill.advance(0)
     cache = SlotCache(rows)
@@ -144,6 +142,14 @@ def filled_cache(
     seq.length = prompt.length
     seq.last = int(prefill.logits().argmax(-1)[0])
     return cache, seq
+
+
+def silent_sequence(prompt: Prompt, new_tokens: int) -> Sequence:
+    """A batch sequence for ``prompt`` whose callbacks do nothing and which is never
+    cancelled (the benches drive its steps themselves)."""
+    return Sequence(
+        prompt, SamplingOptions(new_tokens), frozenset(), _ignore, _ignore, _ignore, _never
+    )
 
 
 def _ignore(_event: object) -> None:
@@ -264,7 +270,6 @@ def step_kernels(
     device = model.device
     cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
     graphs = DecodeGraphs(model, cache, record=False)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     out: dict[str, Any] = {}
     with dense_copies(model, dense):
         for r in rows:
@@ -273,7 +278,7 @@ def step_kernels(
             for _ in range(2):  # warm-up: autotuning, allocations
                 graphs.logits(ids, pos, rope)
             sync(device)
-            with profile(activities=activities) as prof:
+            with profile(activities=activities(device)) as prof:
                 for _ in range(args.steps):
                     graphs.logits(ids, pos, rope)
                 sync(device)

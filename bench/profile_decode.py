@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
-from _profiling import device_events, profile_parser, summarise
+from _profiling import activities, device_events, profile_parser, summarise
 from bench_decode import copy_bandwidth, decode_bytes
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import profile
 
 from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions, compiled_step, run
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     token = chained_steps(generation, token, args.steps, device)
     chained_ms = (time.perf_counter() - t0) * 1000 / args.steps
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities(device)) as prof:
         run_steps(generation, token, args.steps, device)
     bandwidth = copy_bandwidth(device)
     step_bytes = decode_bytes(model)

@@ -34,14 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
-from _profiling import device_events, profile_parser, summarise
+from _profiling import activities, device_events, profile_parser, summarise
 from bench_decode import IMAGE_SIZE, copy_bandwidth, question
 from PIL import Image
-from torch.profiler import ProfilerActivity, profile
+from profile_batching import silent_sequence
+from torch.profiler import profile
 
 from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.batch_prefill import Prefill
-from qwen_ui.engine.batching import Sequence
 from qwen_ui.engine.generate import CachePool, Generation, SamplingOptions
 from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn
 from qwen_ui.engine.status import EngineStatus
@@ -112,8 +112,7 @@ def profile_prefill(loaded: Loaded, text: str, static: bool, reps: int) -> dict[
     device = loaded.language.model.device
     embedding = loaded.vision.encode(noise_image(0))
     prompt = loaded.language.build_prompt([Turn(text, 1)], [embedding])
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities(device)) as prof:
         for _ in range(reps):
             generation = new_generation(loaded, prompt, static)
             generation.prefill()
@@ -130,17 +129,6 @@ def profile_prefill(loaded: Loaded, text: str, static: bool, reps: int) -> dict[
         for e in cpu_ops
     ]
     return summary
-
-
-def newcomer(prompt: Any) -> Sequence:
-    """A batch sequence for ``prompt`` whose callbacks do nothing (only prefilled here)."""
-    return Sequence(
-        prompt, SamplingOptions(1), frozenset(), _ignore, _ignore, _ignore, lambda: False
-    )
-
-
-def _ignore(_event: object) -> None:
-    return None
 
 
 def join_phases(loaded: Loaded, text: str, count: int, seed: int) -> dict[str, float]:
@@ -172,7 +160,7 @@ def join_phases(loaded: Loaded, text: str, count: int, seed: int) -> dict[str, f
 def joint_prefill(model: Any, prompts: list[Any]) -> Any:
     """The batch's padded pass over ``prompts`` and their last positions' logits."""
     with torch.inference_mode():
-        prefill = Prefill(model, [newcomer(p) for p in prompts])
+        prefill = Prefill(model, [silent_sequence(p, 1) for p in prompts])
         prefill.advance(0)
         return prefill.logits()
 
@@ -182,8 +170,7 @@ def profile_join(loaded: Loaded, text: str, count: int, reps: int) -> dict[str, 
     device = loaded.language.model.device
     embeddings = loaded.vision.encode_many([noise_image(i) for i in range(count)])
     prompts = [loaded.language.build_prompt([Turn(text, 1)], [e]) for e in embeddings]
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities(device)) as prof:
         for _ in range(reps):
             joint_prefill(loaded.language.model, prompts)
         if device.type == "cuda":

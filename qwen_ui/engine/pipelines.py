@@ -116,16 +116,15 @@ class VisionPipeline:
         pixels = batch["pixel_values"].to(self.device)
         out = self.model.model.get_image_features(pixels, grid, return_dict=True)
         grids = [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
-        deepstack = getattr(out, "deepstack_features", None)  # Qwen3-VL only
+        layers = getattr(out, "deepstack_features", None) or []  # Qwen3-VL only
+        # image i's [layers, tokens, hidden]: its slice of every deepstack layer
+        stacks = [
+            torch.stack([layer[i] for layer in layers]) if layers else None
+            for i in range(len(grids))
+        ]
         return [
-            Embedding(
-                features.detach().to("cpu"),
-                thw,
-                torch.stack([layer[i].detach() for layer in deepstack]).to("cpu")
-                if deepstack
-                else None,
-            )
-            for i, (features, thw) in enumerate(zip(out.pooler_output, grids, strict=True))
+            Embedding(features.detach().to("cpu"), thw, None if st is None else st.to("cpu"))
+            for features, thw, st in zip(out.pooler_output, grids, stacks, strict=True)
         ]
 
 

@@ -52,7 +52,7 @@ command_for() {
     train-profile) echo "env -u PYTHONPATH python3 training/profile_train.py" ;;
     batching-profile) echo "python3 bench/profile_batching.py --workdir $W" ;;
     batching-dense) echo "python3 bench/profile_batching.py --rows 1,4,8,16 --variants graph,graph-dense --workdir $W" ;;
-    batching-kernels) echo "python3 bench/profile_batching.py --rows 1,8,16 --variants graph --kernels 1,8,16 --steps 16 --workdir $W" ;;
+    batching-kernels) echo "python3 bench/profile_batching.py --rows 1,8,16 --variants graph,graph-compiled --compiled-rows 1,8 --kernels 1,8,16 --kernels-compiled 1,8 --steps 16 --workdir $W" ;;
     batching-profile-short) echo "python3 bench/profile_batching.py --rows 1,8,16 --compiled-rows 1,8,16 --no-dequant --workdir $W" ;;
     concurrency) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     concurrency-dense-ab) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --peer dense_weight_share=0.25 --workdir $W" ;;
@@ -65,7 +65,7 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision | batching-dense) echo 150 ;; batching-kernels) echo 240 ;; gputests | qwen3-gputests | batching-gputests) echo 240 ;;
+    vision | batching-dense) echo 150 ;; batching-kernels) echo 300 ;; gputests | qwen3-gputests | batching-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
     qwen3 | concurrency-dense-ab) echo 560 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac

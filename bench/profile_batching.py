@@ -24,7 +24,10 @@ static step (``generate.compiled_step``). ``max_abs_logit_diff`` compares a vari
 logits with ``graph``'s for the same step. ``--kernels 1,8,16`` adds where each of those
 steps' device time goes (``torch.profiler`` kernel categories of ``--steps`` unrecorded
 steps: the recorded step runs the same kernels), with the int4 kernel and, on CUDA, with
-the dense copies (``kernels`` and ``kernels-dense``). Prints one JSON document on stdout.
+the dense copies (``kernels`` and ``kernels-dense``); ``--kernels-compiled 1`` the same for
+the step through Inductor (``kernels-compiled``: the kernels the engine's recorded step
+replays, launched one by one here, so their summed time is the device's share of a
+replayed step). Prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -263,13 +266,20 @@ def variant(
 
 
 def step_kernels(
-    loaded: Loaded, prompt: Prompt, rows: list[int], args: argparse.Namespace, dense: bool
+    loaded: Loaded,
+    prompt: Prompt,
+    rows: list[int],
+    args: argparse.Namespace,
+    dense: bool,
+    compiled: bool = False,
 ) -> dict[str, Any]:
-    """Kernel categories of ``args.steps`` unrecorded batch steps per count of ``rows``."""
+    """Kernel categories of ``args.steps`` unrecorded batch steps per count of ``rows``
+    (with ``compiled``, of the step through Inductor, whose kernels the engine records)."""
     model = loaded.language.model
     device = model.device
     cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
-    graphs = DecodeGraphs(model, cache, record=False)
+    forward = torch.compile(model.forward, dynamic=False) if compiled else None
+    graphs = DecodeGraphs(model, cache, record=False, forward=forward)
     out: dict[str, Any] = {}
     with dense_copies(model, dense):
         for r in rows:
@@ -297,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--no-dequant", action="store_true", help="skip graph-dequant")
     p.add_argument("--kernels", default="", help="rows whose step's kernels are profiled")
+    p.add_argument(
+        "--kernels-compiled", default="", help="rows whose compiled step's kernels are profiled"
+    )
     p.add_argument(
         "--variants",
         default="",
@@ -342,6 +355,11 @@ def main(argv: list[str] | None = None) -> int:
             result["kernels"] = step_kernels(loaded, prompt, kernel_rows, args, False)
         if kernel_rows and device.type == "cuda":
             result["kernels-dense"] = step_kernels(loaded, prompt, kernel_rows, args, True)
+        compiled_kernel_rows = [int(r) for r in args.kernels_compiled.split(",") if r]
+        if compiled_kernel_rows:
+            result["kernels-compiled"] = step_kernels(
+                loaded, prompt, compiled_kernel_rows, args, False, compiled=True
+            )
     if not args.variants or "one-request" in args.variants.split(","):
         result["one-request"] = one_request(loaded, prompt, args)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")

@@ -38,7 +38,8 @@ class StepView:
     def __init__(self) -> None:
         self.rows = 0
         self.kv_len = 0
-        self.index: torch.Tensor | None = None  # [rows, heads, 1, dim]: the write positions
+        self.slots: torch.Tensor | None = None  # [rows]: 0 .. rows - 1
+        self.positions: torch.Tensor | None = None  # [rows]: where each row writes
 
 
 class SlotLayer(CacheLayerMixin):  # type: ignore[misc]
@@ -61,12 +62,13 @@ class SlotLayer(CacheLayerMixin):  # type: ignore[misc]
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         view = self.view
-        assert view.index is not None and self.keys is not None and self.values is not None
-        keys = self.keys[: view.rows]
-        values = self.values[: view.rows]
-        keys.scatter_(2, view.index, key_states)
-        values.scatter_(2, view.index, value_states)
-        return keys[:, :, : view.kv_len], values[:, :, : view.kv_len]
+        assert view.slots is not None and view.positions is not None
+        assert self.keys is not None and self.values is not None
+        # an index_put_ on the whole tensor: Inductor writes it in place, where a scatter_
+        # into the rows' slice wrote the whole slice back (a copy of every row's cache)
+        self.keys[view.slots, :, view.positions] = key_states[:, :, 0]
+        self.values[view.slots, :, view.positions] = value_states[:, :, 0]
+        return self.keys[: view.rows, :, : view.kv_len], self.values[: view.rows, :, : view.kv_len]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.view.kv_len, 0
@@ -152,8 +154,8 @@ class SlotCache:
         rows = int(positions.shape[0])
         view = self.view
         view.rows, view.kv_len = rows, kv_len
-        heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
-        view.index = positions.view(rows, 1, 1, 1).expand(rows, heads, 1, dim)
+        view.slots = torch.arange(rows, device=positions.device)
+        view.positions = positions
         layers = [SlotLayer(k, v, view) for k, v in zip(self.keys, self.values, strict=True)]
         return Cache(layers=layers)
 

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -101,6 +102,14 @@ class VisionPipeline:
             f"patch={self.image_processor.patch_size},merge={self.image_processor.merge_size}"
         )
 
+    def preprocess(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The processor's ``(pixel_values, image_grid_thw)`` for ``images``, on the host:
+        with the model on CUDA one image per thread (:func:`patches`), the host's cores
+        being otherwise idle; with the model on the CPU in this thread, whose cores the
+        model's own threads need."""
+        threads = 1 if self.device.type != "cuda" else max(1, (os.cpu_count() or 2) // 2)
+        return patches(self.image_processor, images, self.size, threads)
+
     def encode(self, image: Image.Image) -> Embedding:
         return self.encode_many([image])[0]
 
@@ -111,9 +120,9 @@ class VisionPipeline:
         each image's slice of every layer's."""
         if not images:
             return []
-        batch = self.image_processor(images=list(images), size=self.size, return_tensors="pt")
-        grid = batch["image_grid_thw"].to(self.device)
-        pixels = batch["pixel_values"].to(self.device)
+        pixels, grid = self.preprocess(images)
+        grid = grid.to(self.device)
+        pixels = pixels.to(self.device)
         out = self.model.model.get_image_features(pixels, grid, return_dict=True)
         grids = [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
         layers = getattr(out, "deepstack_features", None) or []  # Qwen3-VL only
@@ -126,6 +135,25 @@ class VisionPipeline:
             Embedding(features.detach().to("cpu"), thw, None if st is None else st.to("cpu"))
             for features, thw, st in zip(out.pooler_output, grids, stacks, strict=True)
         ]
+
+
+def patches(
+    image_processor: Any, images: Sequence[Image.Image], size: dict[str, int], threads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(pixel_values, image_grid_thw)`` of ``images``: the processor's own batch when
+    ``threads`` is 1 or there is one image, else each image on its own in a pool of up to
+    ``threads`` threads (the processor works through a batch an image at a time, with
+    little parallelism inside), concatenated in order: the same bytes as the batch."""
+
+    def one(batch: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
+        out = image_processor(images=list(batch), size=size, return_tensors="pt")
+        return out["pixel_values"], out["image_grid_thw"]
+
+    if threads <= 1 or len(images) <= 1:
+        return one(images)
+    with ThreadPoolExecutor(min(threads, len(images)), thread_name_prefix="patches") as pool:
+        parts = list(pool.map(lambda image: one([image]), images))
+    return torch.cat([p for p, _ in parts]), torch.cat([g for _, g in parts])
 
 
 def pixel_bounds(image_processor: Any, low: int, high: int) -> tuple[int, int]:

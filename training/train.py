@@ -830,6 +830,21 @@ def lr_at(
     return value * min(1.0, (step + 1) / warmup) if warmup > 0 else value
 
 
+def run_progress(
+    step: int, elapsed: float, steps: int, budget_s: float, warm_s: float | None
+) -> float:
+    """This run's own progress in [0, 1]: the larger of the steps done and the wall time
+    used, the time counted from the end of the warm-up (``warm_s``: the seconds elapsed
+    when it ended, None while it runs), so that compiling during the first steps does not
+    decay the schedule before its peak; the run still ends at ``budget_s``."""
+    if elapsed >= budget_s:
+        return 1.0
+    by_steps = step / steps
+    if warm_s is None:
+        return by_steps
+    return max(by_steps, (elapsed - warm_s) / (budget_s - warm_s))
+
+
 def schedule_progress(progress: float, span: tuple[float, float]) -> float:
     """The whole schedule's progress when this run (one of several calls, ``span``) is at
     ``progress`` of its own."""
@@ -1438,11 +1453,13 @@ def train_loop(
     aux: AuxHead,
     heads: LanguageHeads = (),
 ) -> None:
-    """The schedule's progress is the larger of steps done and wall time used, so the
-    cosine decay completes within ``--max-minutes`` whatever the throughput."""
+    """The schedule's progress is the larger of steps done and wall time used after the
+    warm-up (:func:`run_progress`), so the cosine decay completes within
+    ``--max-minutes`` whatever the throughput."""
     metrics = (args.out / "metrics.jsonl").open("a")
     start = last_save = time.time()
     budget = args.max_minutes * 60
+    warm_s: float | None = None
     wait = 0.0
     skipped = torch.zeros((), device=device)
     model.train()
@@ -1451,7 +1468,9 @@ def train_loop(
         batch = to_device(next(batches), device)
         wait += time.time() - t0
         elapsed = time.time() - start
-        progress = max(step / args.steps, elapsed / budget)
+        if warm_s is None and step >= args.warmup:
+            warm_s = elapsed
+        progress = run_progress(step, elapsed, args.steps, budget, warm_s)
         overall = schedule_progress(progress, args.schedule_span)
         for group in opt.param_groups:
             lr = lr_at(step, progress, args.lr, args.warmup, span=args.schedule_span)

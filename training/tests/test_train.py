@@ -444,6 +444,21 @@ def test_a_schedule_spread_over_two_runs_continues_where_the_first_ended() -> No
     assert train.lr_at(0, 0.0, peak, warmup, span=(0.5, 1.0)) == pytest.approx(whole[5] / warmup)
 
 
+def test_the_schedule_clock_starts_when_the_warm_up_ends() -> None:
+    """Time spent in the warm-up (compiling) does not count towards the decay: at the end
+    of a 100-step warm-up that took 180 of 400 s, the schedule is still at its start; the
+    rest of the time decays it fully; the budget ends the run wherever the steps are."""
+    steps, budget = 100_000, 400.0
+    assert train.run_progress(50, 140.0, steps, budget, None) == pytest.approx(50 / steps)
+    assert train.run_progress(100, 180.0, steps, budget, 180.0) == pytest.approx(100 / steps)
+    assert train.run_progress(400, 290.0, steps, budget, 180.0) == pytest.approx(0.5)
+    assert train.run_progress(700, 400.0, steps, budget, 180.0) == 1.0
+    assert train.run_progress(10, 400.0, steps, budget, None) == 1.0  # warm-up never ended
+    # no warm-up: the clock runs from the start, as wall time over the budget
+    assert train.run_progress(0, 100.0, steps, budget, 0.0) == pytest.approx(0.25)
+    assert train.run_progress(steps // 2, 10.0, steps, budget, 0.0) == pytest.approx(0.5)
+
+
 def test_seed_and_span_arguments_are_checked() -> None:
     args = train.parse_args(["--out", "/tmp/x", "--seed", "12", "--schedule-span", "0.5,1"])
     assert args.seed == 12 and args.schedule_span == (0.5, 1.0)

@@ -29,7 +29,7 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from qwen_ui.engine.pipelines import patches
+from qwen_ui.engine.pipelines import patch_threads, patches
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL's published processor limits
 
@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1024x768")
     parser.add_argument("--ways", default="batch,threads,cuda")
     parser.add_argument("--reps", type=int, default=5)
-    # the engine's pool for a CUDA model: half the host's cores
-    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    parser.add_argument("--threads", type=int, default=patch_threads())  # the engine's
     args = parser.parse_args(argv)
     size = tuple(int(v) for v in args.size.split("x"))
     ways = args.ways.split(",")

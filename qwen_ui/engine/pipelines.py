@@ -107,7 +107,7 @@ class VisionPipeline:
         with the model on CUDA one image per thread (:func:`patches`), the host's cores
         being otherwise idle; with the model on the CPU in this thread, whose cores the
         model's own threads need."""
-        threads = 1 if self.device.type != "cuda" else max(1, (os.cpu_count() or 2) // 2)
+        threads = 1 if self.device.type != "cuda" else patch_threads()
         return patches(self.image_processor, images, self.size, threads)
 
     def encode(self, image: Image.Image) -> Embedding:
@@ -135,6 +135,11 @@ class VisionPipeline:
             Embedding(features.detach().to("cpu"), thw, None if st is None else st.to("cpu"))
             for features, thw, st in zip(out.pooler_output, grids, stacks, strict=True)
         ]
+
+
+def patch_threads() -> int:
+    """The threads that make a CUDA model's patches: half the host's cores."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def patches(

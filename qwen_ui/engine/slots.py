@@ -90,6 +90,7 @@ class SlotCache:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.view = StepView()
+        self.slot_ids: torch.Tensor | None = None  # [slots]: 0 .. slots - 1, on the device
         # counts the tensors' allocations: a step recorded on them (DecodeGraphs) holds
         # their addresses and is stale once this moves on
         self.version = 0
@@ -108,6 +109,7 @@ class SlotCache:
 
     def clear(self) -> None:
         self.keys, self.values = [], []
+        self.slot_ids = None
         self.version += 1
 
     def ensure(self, rows: int, needed: int, like: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
@@ -125,6 +127,8 @@ class SlotCache:
                 keys[i][: self.slots, :, : self.length].copy_(self.keys[i])
                 values[i][: self.slots, :, : self.length].copy_(self.values[i])
         self.keys, self.values = keys, values
+        # allocated with the cache, outside any graph capture: a step reads a view of it
+        self.slot_ids = torch.arange(slots, device=keys[0].device)
         self.version += 1
 
     def write(
@@ -154,7 +158,8 @@ class SlotCache:
         rows = int(positions.shape[0])
         view = self.view
         view.rows, view.kv_len = rows, kv_len
-        view.slots = torch.arange(rows, device=positions.device)
+        assert self.slot_ids is not None
+        view.slots = self.slot_ids[:rows]
         view.positions = positions
         layers = [SlotLayer(k, v, view) for k, v in zip(self.keys, self.values, strict=True)]
         return Cache(layers=layers)

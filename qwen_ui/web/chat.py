@@ -217,6 +217,10 @@ class Exchange:
         text = str((message or {}).get("text") or "")
         files = [_path_of(f) for f in (message or {}).get("files") or []]
         chat = normalize(history)
+        if not chat:
+            # the page shows nothing of a stored conversation (the trash or New chat was
+            # pressed while its reply was on its way): the question starts a new one
+            conversation_id = None
         shown = _image_count(chat)
         chat += [image_message(f, shown + i + 1, lang) for i, f in enumerate(files)]
         if text.strip():

@@ -166,6 +166,18 @@ async def test_image_only_submit_then_a_question(chat_app: FastAPI, tmp_path: Pa
     assert chat2[-2]["metadata"]["title"].startswith("Done in")
 
 
+async def test_an_empty_chat_starts_a_new_conversation(chat_app: FastAPI, tmp_path: Path) -> None:
+    # the trash emptied the page while its delete was on its way: the page still names
+    # the old conversation, whose images the user no longer sees
+    first = await run(chat_app, {"text": "Which is blue?", "files": image_files(tmp_path, 2)})
+    old = first[-1].conversation
+    after = await run(chat_app, {"text": "And now?", "files": []}, [], old)
+    chat, conversation = after[-1].chat, after[-1].conversation
+    assert conversation and conversation != old
+    assert "Encoding image" not in chat[-2]["content"]
+    assert not [m for m in chat if isinstance(m["content"], dict)]
+
+
 async def test_user_text_is_not_rendered_as_html(chat_app: FastAPI) -> None:
     updates = await run(chat_app, {"text": "<img src=x> *why*?", "files": []})
     chat = updates[-1].chat

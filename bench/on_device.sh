@@ -41,7 +41,7 @@ command_for() {
     3b-graphs) echo "python3 bench/bench_decode.py --arch 3b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     qwen3) echo "python3 bench/bench_decode.py --arch 7b,qwen3-8b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
     qwen3-8b) echo "python3 bench/bench_decode.py --arch qwen3-8b --prefill-dequant-rows 256 --prefill-graph-rows 4096 --workdir $W" ;;
-    batching-compiled) echo "python3 bench/profile_batching.py --rows 1,8 --variants graph-compiled --compiled-rows 1,8 --steps 16 --workdir $W" ;;
+    batching-compiled) echo "python3 bench/profile_batching.py --rows 1,8 --variants graph,graph-compiled,graph-compiled-bmm --compiled-rows 1,8 --steps 16 --workdir $W" ;;
     qwen3-concurrency) echo "python3 bench/bench_concurrency.py --arch qwen3-8b --users 1,8 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     qwen3-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_qwen3.py" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
@@ -71,7 +71,7 @@ cap_for() {
     vision | batching-dense) echo 150 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;;
     gputests | qwen3-gputests | batching-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
-    qwen3 | concurrency-dense-ab) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 160 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
+    qwen3 | concurrency-dense-ab) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac
 }
 

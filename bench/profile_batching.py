@@ -19,8 +19,10 @@ transformers' attention, which repeats the cache per query head under a mask),
 ``dense_weight_share`` keeps, forced from 2 rows instead of the load's timed crossover),
 ``graph-compiled`` (the step through
 ``torch.compile``, Inductor, recorded the same way; only ``--compiled-rows``, with its
-compile time) and, for comparison, ``one-request``: the single-request loop's compiled
-static step (``generate.compiled_step``). ``max_abs_logit_diff`` compares a variant's
+compile time), ``graph-compiled-bmm`` (the same with the attention scores as one
+float32-accumulated batched matmul instead of a product and sum) and, for comparison,
+``one-request``: the single-request loop's compiled static step
+(``generate.compiled_step``). ``max_abs_logit_diff`` compares a variant's
 logits with ``graph``'s for the same step. ``--kernels 1,8,16`` adds where each of those
 steps' device time goes (``torch.profiler`` kernel categories of ``--steps`` unrecorded
 steps: the recorded step runs the same kernels), with the int4 kernel and, on CUDA, with
@@ -175,6 +177,40 @@ def repeated_kv(on: bool) -> Iterator[None]:
         fused.packs = packs
 
 
+def matmul_scores_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """:func:`fused.decode_attention` with the scores as one batched matmul of the bf16
+    query rows and keys, accumulated and returned in float32 (``bmm``'s ``out_dtype``, CUDA
+    only), in place of Inductor's product-and-sum over the dimension."""
+    batch, heads, _, dim = q.shape
+    groups, length = k.shape[1], k.shape[2]
+    rows = q.reshape(batch * groups, heads // groups, dim)
+    keys = k.reshape(batch * groups, length, dim).transpose(1, 2)
+    scores = torch.bmm(rows, keys, out_dtype=torch.float32) * scale
+    scores = scores.view(batch, groups, heads // groups, length)
+    if mask is not None:
+        mask = mask[..., :length]
+        scores = (
+            scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        )
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    out = torch.matmul(probs, v)
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2)
+
+
+@contextmanager
+def matmul_scores(on: bool) -> Iterator[None]:
+    """The compiled step's attention scores through :func:`matmul_scores_attention`."""
+    stock = fused.decode_attention
+    if on:
+        fused.decode_attention = matmul_scores_attention
+    try:
+        yield
+    finally:
+        fused.decode_attention = stock
+
+
 @contextmanager
 def dequantized(model: torch.nn.Module, on: bool) -> Iterator[None]:
     """Every int4 layer on a weight dequantized per call for inputs of 2 rows or more."""
@@ -238,13 +274,15 @@ def variant(
     """Every bucket of ``rows`` through one variant (its own cache and graphs)."""
     model = loaded.language.model
     cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
-    forward = torch.compile(model.forward, dynamic=False) if name == "graph-compiled" else None
+    compiling = name in ("graph-compiled", "graph-compiled-bmm")
+    forward = torch.compile(model.forward, dynamic=False) if compiling else None
     graphs = DecodeGraphs(model, cache, forward=forward)
     out: dict[str, Any] = {"slot_length": cache.length, "buckets": {}}
     with (
         dequantized(model, name == "graph-dequant"),
         repeated_kv(name == "graph-repeat-kv"),
         dense_copies(model, name == "graph-dense"),
+        matmul_scores(name == "graph-compiled-bmm"),
     ):
         for r in rows:
             if name in ("graph-dequant", "graph-dense") and r < 2:
@@ -341,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             plan.append(("graph-dense", rows))
         if compiled and device.type == "cuda":
             plan.append(("graph-compiled", compiled))
+            plan.append(("graph-compiled-bmm", compiled))
         if args.variants:
             plan = [v for v in plan if v[0] in args.variants.split(",")]
         for variant_name, variant_rows in plan:

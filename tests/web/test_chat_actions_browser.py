@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.browser import log_in_page
 from tests.support.chat_page import attach, chat_text, send, settled, wait_stage, wait_text
@@ -125,6 +126,12 @@ def test_images_keep_their_numbers_across_the_conversation(page: Page, tmp_path:
     answered(page, "How many shapes?")
     attach(page, tmp_path, 1, name="more")
     answered(page, "And in the third image?", 2)
-    assert page.locator("#qwen-chat img").count() == 3
+    try:  # the chat's last redraw may still be on its way when Send is back
+        page.wait_for_function(
+            "() => document.querySelectorAll('#qwen-chat img').length === 3", timeout=10_000
+        )
+    except PlaywrightTimeout:
+        alts = page.locator("#qwen-chat img").evaluate_all("els => els.map(e => e.alt)")
+        pytest.fail(f"the chat shows {len(alts)} images, not 3: {alts}")
     wait_stage(page, "Decoding image 3/3")  # the new image is the conversation's third
     wait_stage(page, "Encoding image 3/3")

@@ -4,20 +4,21 @@ The batched decode step's time grows with its rows mostly in torch's int4 kernel
 (``_weight_int4pack_mm``, docs/BENCHMARKS.md, "Many users at once"): over the 7B step's
 112 int4 layers it took 2.42 ms at 1 row and 5.04 at 8, where reading the 4-bit weights
 once takes well under a millisecond on the H200. This kernel reads each weight once per
-call for up to ``BLOCK_M`` rows: the output columns are split over programs (and the
-inner dimension over ``split_k`` of them, added atomically), each unpacking its block's
-nibbles and multiplying with ``tl.dot`` in float32.
+call for up to 16 rows: the output columns are split over programs (and the inner
+dimension over ``split_k`` of them, added atomically), each unpacking its block's nibbles
+(each packed word loaded once and spread by a reshape, or loaded once per column:
+``--gather``) and multiplying with ``tl.dot`` in float32.
 
 Weight layout (:func:`pack`): int32 ``[n, k / 8]``, nibble ``j`` of word ``w`` holding
 column ``8 w + j`` of row ``n`` (values 0..15); ``scales_and_zeros[k / g, n, 2]`` as torch's
 kernel takes it, ``W[n, k] = (q - 8) * s + z'``.
 
     python bench/bench_int4_triton.py                      # on the GPU
-    TRITON_INTERPRET=1 python bench/bench_int4_triton.py --device cpu --shapes 64x128 \\
+    TRITON_INTERPRET=1 python bench/bench_int4_triton.py --device cpu --shapes 64x512 \\
         --rows 1,3 --iters 1                                # CPU dry run (interpreter)
 
 Per shape (the 7B architecture's fused q/k/v, o, gate/up and down by default) and row
-count: microseconds per call of each kernel, queued back to back (with ``--sweep``, of
+count: microseconds per call of each kernel, replayed from a CUDA graph (with ``--sweep``, of
 every block size and split of the inner dimension, the fastest kept), and the largest
 difference from the dequantized reference, relative to the output's largest value; then
 the sum over a step's 28 layers of each shape. Prints one JSON document on stdout.
@@ -64,6 +65,7 @@ def _int4_mm(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    ONCE: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -76,10 +78,18 @@ def _int4_mm(
     for k0 in range(start, start + k_per_split, BLOCK_K):
         ks = k0 + inner
         x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=rows[:, None] < m, other=0.0)
-        words = tl.load(
-            w_ptr + cols[:, None] * (k // 8) + (ks // 8)[None, :], mask=cols[:, None] < n
-        )
-        q = ((words >> shifts[None, :]) & 0xF).to(tl.float32) - 8.0
+        if ONCE:  # each word loaded once, its 8 nibbles spread by a reshape
+            words = tl.load(
+                w_ptr + cols[:, None] * (k // 8) + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :],
+                mask=cols[:, None] < n,
+            )
+            nibbles = (words[:, :, None] >> (tl.arange(0, 8) * 4)[None, None, :]) & 0xF
+            q = tl.reshape(nibbles, (BLOCK_N, BLOCK_K)).to(tl.float32) - 8.0
+        else:  # each column's word loaded where it is needed (8 loads of one word)
+            words = tl.load(
+                w_ptr + cols[:, None] * (k // 8) + (ks // 8)[None, :], mask=cols[:, None] < n
+            )
+            q = ((words >> shifts[None, :]) & 0xF).to(tl.float32) - 8.0
         g = k0 // group
         s = tl.load(sz_ptr + (g * n + cols) * 2, mask=cols < n).to(tl.float32)
         z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=cols < n).to(tl.float32)
@@ -105,8 +115,10 @@ def int4_mm(
     split_k: int = 4,
     block_n: int = 64,
     block_k: int = 128,
+    once: bool = True,
 ) -> torch.Tensor:
-    """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout."""
+    """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout;
+    ``once``: each packed word loaded once and spread by a reshape, else once per column."""
     m, k = x.shape
     n = packed.shape[0]
     if m > 16 or group % block_k or k % (split_k * block_k):
@@ -126,6 +138,7 @@ def int4_mm(
         BLOCK_M=16,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        ONCE=once,
     )
     return out.to(x.dtype)
 
@@ -137,13 +150,25 @@ def reference(q: torch.Tensor, scales_and_zeros: torch.Tensor, group: int) -> to
 
 
 def timed(fn: Any, iters: int, device: torch.device) -> float:
-    """Microseconds per call, calls queued back to back after two warm-up calls."""
+    """Microseconds per call after two warm-up calls: on CUDA, ``iters`` calls recorded in
+    one CUDA graph and replayed (the device's time, without Python's launches, as the
+    engine's recorded step runs them); elsewhere, calls queued back to back."""
     for _ in range(2):
         fn()
     sync(device)
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters * 1e6
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            fn()
+    graph.replay()
+    sync(device)
     t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
+    graph.replay()
     sync(device)
     return (time.perf_counter() - t0) / iters * 1e6
 
@@ -171,14 +196,13 @@ def one_shape(
         want = x.float() @ weight.t()
         scale = float(want.abs().max())
         entry: dict[str, Any] = {"configs": {}}
-        for split_k, block_n, block_k in configs(k, args):
-            got = int4_mm(x, packed, sz, args.group, split_k, block_n, block_k)
+        for config in configs(k, args):
+            got = int4_mm(x, packed, sz, args.group, *config)
             us = timed(
-                lambda x=x, c=(split_k, block_n, block_k): int4_mm(x, packed, sz, args.group, *c),
-                args.iters,
-                device,
+                lambda x=x, c=config: int4_mm(x, packed, sz, args.group, *c), args.iters, device
             )
-            name = f"split{split_k}-n{block_n}-k{block_k}"
+            split_k, block_n, block_k, once = config
+            name = f"split{split_k}-n{block_n}-k{block_k}-{'once' if once else 'gather'}"
             entry["configs"][name] = {
                 "us": round(us, 1),
                 "max_rel_diff": round(float((got.float() - want).abs().max()) / scale, 5),
@@ -205,13 +229,14 @@ def one_shape(
     return out
 
 
-def configs(k: int, args: argparse.Namespace) -> list[tuple[int, int, int]]:
-    """(split_k, block_n, block_k) to try: the options' own, or with ``--sweep`` every
-    combination that divides ``k`` and the group."""
+def configs(k: int, args: argparse.Namespace) -> list[tuple[int, int, int, bool]]:
+    """(split_k, block_n, block_k, once) to try: the options' own, or with ``--sweep``
+    every combination that divides ``k`` and the group, both ways of unpacking."""
     if not args.sweep:
-        return [(args.split_k, args.block_n, args.block_k)]
+        return [(args.split_k, args.block_n, args.block_k, not args.gather)]
     return [
-        (split_k, block_n, block_k)
+        (split_k, block_n, block_k, once)
+        for once in (True, False)
         for block_k in (64, 128)
         for block_n in (32, 64, 128)
         for split_k in (1, 2, 4, 7, 8, 14)
@@ -229,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-n", type=int, default=64)
     p.add_argument("--block-k", type=int, default=128)
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--gather", action="store_true", help="load each word once per column")
     p.add_argument("--sweep", action="store_true", help="time every block and split; keep the best")
     args = p.parse_args(argv)
     device = torch.device(args.device)

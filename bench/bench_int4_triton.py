@@ -7,7 +7,9 @@ once takes well under a millisecond on the H200. This kernel reads each weight o
 call for up to 16 rows: the output columns are split over programs (and the inner
 dimension over ``split_k`` of them, added atomically), each unpacking its block's nibbles
 (each packed word loaded once and spread by a reshape, or loaded once per column:
-``--gather``) and multiplying with ``tl.dot`` in float32.
+``--gather``) and multiplying with ``tl.dot`` in float32: the raw nibbles, each group's
+scale and zero applied to the product (``W = q s + (z' - 8 s)``, so the row sums of ``x``
+carry the zeros), or the block dequantized first (``--before``).
 
 Weight layout (:func:`pack`): int32 ``[n, k / 8]``, nibble ``j`` of word ``w`` holding
 column ``8 w + j`` of row ``n`` (values 0..15); ``scales_and_zeros[k / g, n, 2]`` as torch's
@@ -66,6 +68,7 @@ def _int4_mm(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ONCE: tl.constexpr,
+    AFTER: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -84,17 +87,22 @@ def _int4_mm(
                 mask=cols[:, None] < n,
             )
             nibbles = (words[:, :, None] >> (tl.arange(0, 8) * 4)[None, None, :]) & 0xF
-            q = tl.reshape(nibbles, (BLOCK_N, BLOCK_K)).to(tl.float32) - 8.0
+            q = tl.reshape(nibbles, (BLOCK_N, BLOCK_K))
         else:  # each column's word loaded where it is needed (8 loads of one word)
             words = tl.load(
                 w_ptr + cols[:, None] * (k // 8) + (ks // 8)[None, :], mask=cols[:, None] < n
             )
-            q = ((words >> shifts[None, :]) & 0xF).to(tl.float32) - 8.0
+            q = (words >> shifts[None, :]) & 0xF
         g = k0 // group
         s = tl.load(sz_ptr + (g * n + cols) * 2, mask=cols < n).to(tl.float32)
         z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=cols < n).to(tl.float32)
-        w = (q * s[:, None] + z[:, None]).to(x.dtype)
-        acc += tl.dot(x, tl.trans(w))
+        if AFTER:  # W = q s + (z' - 8 s): the nibbles multiplied as they are, scaled after
+            part = tl.dot(x, tl.trans(q.to(x.dtype)))
+            total = tl.sum(x.to(tl.float32), axis=1)
+            acc += part * s[None, :] + total[:, None] * (z - 8.0 * s)[None, :]
+        else:  # the block dequantized to x's dtype first
+            w = ((q.to(tl.float32) - 8.0) * s[:, None] + z[:, None]).to(x.dtype)
+            acc += tl.dot(x, tl.trans(w))
     mask = (rows[:, None] < m) & (cols[None, :] < n)
     tl.atomic_add(out_ptr + rows[:, None] * n + cols[None, :], acc, mask=mask)
 
@@ -116,9 +124,12 @@ def int4_mm(
     block_n: int = 64,
     block_k: int = 128,
     once: bool = True,
+    after: bool = True,
 ) -> torch.Tensor:
     """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout;
-    ``once``: each packed word loaded once and spread by a reshape, else once per column."""
+    ``once``: each packed word loaded once and spread by a reshape, else once per column;
+    ``after``: the raw nibbles multiplied and each group's scale and zero applied to the
+    product, else the block dequantized before its product."""
     m, k = x.shape
     n = packed.shape[0]
     if m > 16 or group % block_k or k % (split_k * block_k):
@@ -139,6 +150,7 @@ def int4_mm(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         ONCE=once,
+        AFTER=after,
     )
     return out.to(x.dtype)
 
@@ -201,8 +213,9 @@ def one_shape(
             us = timed(
                 lambda x=x, c=config: int4_mm(x, packed, sz, args.group, *c), args.iters, device
             )
-            split_k, block_n, block_k, once = config
-            name = f"split{split_k}-n{block_n}-k{block_k}-{'once' if once else 'gather'}"
+            split_k, block_n, block_k, once, after = config
+            unpack = "once" if once else "gather"
+            name = f"split{split_k}-n{block_n}-k{block_k}-{unpack}-{'after' if after else 'before'}"
             entry["configs"][name] = {
                 "us": round(us, 1),
                 "max_rel_diff": round(float((got.float() - want).abs().max()) / scale, 5),
@@ -229,16 +242,17 @@ def one_shape(
     return out
 
 
-def configs(k: int, args: argparse.Namespace) -> list[tuple[int, int, int, bool]]:
-    """(split_k, block_n, block_k, once) to try: the options' own, or with ``--sweep``
-    every combination that divides ``k`` and the group, both ways of unpacking."""
+def configs(k: int, args: argparse.Namespace) -> list[tuple[int, int, int, bool, bool]]:
+    """(split_k, block_n, block_k, once, after) to try: the options' own, or with
+    ``--sweep`` every combination that divides ``k`` and the group, each word loaded once,
+    scaled before and after the product."""
     if not args.sweep:
-        return [(args.split_k, args.block_n, args.block_k, not args.gather)]
+        return [(args.split_k, args.block_n, args.block_k, not args.gather, not args.before)]
     return [
-        (split_k, block_n, block_k, once)
-        for once in (True, False)
+        (split_k, block_n, block_k, True, after)
+        for after in (True, False)
         for block_k in (64, 128)
-        for block_n in (32, 64, 128)
+        for block_n in (32, 64, 128, 256)
         for split_k in (1, 2, 4, 7, 8, 14)
         if args.group % block_k == 0 and k % (split_k * block_k) == 0
     ]
@@ -255,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-k", type=int, default=128)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--gather", action="store_true", help="load each word once per column")
+    p.add_argument("--before", action="store_true", help="dequantize before the product")
     p.add_argument("--sweep", action="store_true", help="time every block and split; keep the best")
     args = p.parse_args(argv)
     device = torch.device(args.device)

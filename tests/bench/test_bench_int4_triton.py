@@ -31,7 +31,7 @@ def test_every_config_matches_the_dequantized_weight() -> None:
     for rows in ("1", "5"):
         entry = result["shapes"]["48x512"][rows]
         # 512 = 4 x 128 = 8 x 64: splits 1, 2, 4 for both blocks, 8 for 64-wide ones
-        assert len(entry["configs"]) == 2 * 3 * (3 + 4)  # both ways of unpacking
+        assert len(entry["configs"]) == 2 * 4 * (3 + 4)  # scaled before and after, 4 widths
         assert entry["best"] in entry["configs"] and entry["triton_us"] > 0
         assert entry["max_rel_diff"] < 1e-5, entry
     assert set(result["step_28_layers"]) == {"1", "5"}

@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import triton
 import triton.language as tl
+from _profiling import provenance
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, inner_k_tiles, pack_for_cuda
 
@@ -279,9 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = {s: tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")}  # type: ignore[misc]
     rows = [int(r) for r in args.rows.split(",")]
     result: dict[str, Any] = {
-        "command": "python bench/bench_int4_triton.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **provenance("bench/bench_int4_triton.py", argv, device),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "shapes": {},

@@ -188,15 +188,7 @@ def matmul_scores_attention(
     rows = q.reshape(batch * groups, heads // groups, dim)
     keys = k.reshape(batch * groups, length, dim).transpose(1, 2)
     scores = torch.bmm(rows, keys, out_dtype=torch.float32) * scale
-    scores = scores.view(batch, groups, heads // groups, length)
-    if mask is not None:
-        mask = mask[..., :length]
-        scores = (
-            scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        )
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    out = torch.matmul(probs, v)
-    return out.reshape(batch, heads, 1, dim).transpose(1, 2)
+    return fused.attend(scores.view(batch, groups, heads // groups, length), v, mask)
 
 
 @contextmanager

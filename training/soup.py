@@ -8,7 +8,7 @@ type (the off-grammar refusals counted as a type) is best, the overall accuracy 
 ties, so a candidate is picked on one set and scored on another.
 
     python3 -m training.soup average A B ALPHA OUT
-    python3 -m training.soup choose EVAL.json [EVAL.json ...]
+    python3 -m training.soup choose NAME=EVAL.json[,EVAL.json...] ...
 """
 
 from __future__ import annotations
@@ -85,15 +85,14 @@ def merged(paths: list[Path]) -> dict[str, object]:
 def choose(candidates: dict[str, list[Path]]) -> str:
     """The candidate whose weakest type scores best; the overall accuracy breaks ties."""
 
-    def key(name: str) -> tuple[float, float]:
-        result = merged(candidates[name])
+    keys: dict[str, tuple[float, float]] = {}
+    for name, paths in candidates.items():
+        result = merged(paths)
         overall = result["overall"]
         assert isinstance(overall, dict)
-        return weakest(result), float(overall["accuracy"])
-
-    for name in candidates:
-        log.info("%s: weakest %.4f, overall %.4f", name, *key(name))
-    return max(candidates, key=key)
+        keys[name] = weakest(result), float(overall["accuracy"])
+        log.info("%s: weakest %.4f, overall %.4f", name, *keys[name])
+    return max(keys, key=keys.__getitem__)
 
 
 def main(argv: list[str] | None = None) -> int:

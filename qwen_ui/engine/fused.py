@@ -200,8 +200,16 @@ def decode_attention(
     batch, heads, _, dim = q.shape
     rows = q.reshape(batch, k.shape[1], heads // k.shape[1], 1, dim).float() * scale
     scores = (rows * k.unsqueeze(2).float()).sum(-1)  # batch, kv heads, rows, length
+    return attend(scores, v, mask)
+
+
+def attend(scores: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """One query token's output from its float32 ``scores`` (batch, kv heads, query rows of
+    each, length) over ``v`` (batch, kv heads, length, dim), ``mask`` as
+    :func:`decode_attention` takes it; returns batch, 1, heads, dim."""
+    batch, groups, rows, length = scores.shape
     if mask is not None:
-        mask = mask[..., : k.shape[-2]]
+        mask = mask[..., :length]
         scores = (
             scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         )
@@ -210,7 +218,7 @@ def decode_attention(
     # at 4,352 cache slots on the H200)
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     out = torch.matmul(probs, v)  # batch, kv heads, rows, dim
-    return out.reshape(batch, heads, 1, dim).transpose(1, 2)
+    return out.reshape(batch, groups * rows, 1, v.shape[-1]).transpose(1, 2)
 
 
 def packs(attn: Any, q: torch.Tensor, mask: torch.Tensor | None) -> bool:

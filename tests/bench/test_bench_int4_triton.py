@@ -4,16 +4,14 @@ does."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from typing import Any
 
 import torch
 
-from tests.bench.support import BENCH
+from tests.bench.support import BENCH, load_script
 
 
 def test_every_config_matches_the_dequantized_weight() -> None:
@@ -37,22 +35,8 @@ def test_every_config_matches_the_dequantized_weight() -> None:
     assert set(result["step_28_layers"]) == {"1", "5"}
 
 
-def bench_module() -> Any:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "bench_int4_triton", BENCH / "bench_int4_triton.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
 def test_pack_puts_column_8w_plus_j_in_nibble_j() -> None:
-    packed = bench_module().pack(torch.arange(16, dtype=torch.int32).view(1, 16))
+    packed = load_script("bench_int4_triton").pack(torch.arange(16, dtype=torch.int32).view(1, 16))
     assert packed.shape == (1, 2)
     for word in range(2):
         for j in range(8):

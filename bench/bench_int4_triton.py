@@ -29,9 +29,12 @@ the sum over a step's 28 layers of each shape. Prints one JSON document on stdou
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,8 @@ from _profiling import provenance
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, inner_k_tiles, pack_for_cuda
 
+log = logging.getLogger(__name__)
+
 # (out, in) of the Qwen2.5-VL-7B decoder's int4 layers, as the engine fuses them
 SHAPES_7B = {
     "qkv": (4608, 3584),
@@ -55,7 +60,7 @@ SHAPES_7B = {
 LAYERS = 28
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m"])
 def _int4_mm(
     x_ptr,
     w_ptr,
@@ -64,97 +69,222 @@ def _int4_mm(
     m,
     n,
     k,
-    group: tl.constexpr,
     k_per_split,
+    GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    ONCE: tl.constexpr,
+    SPREAD: tl.constexpr,
+    MAGIC: tl.constexpr,
     AFTER: tl.constexpr,
+    ATOMIC: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    inner = tl.arange(0, BLOCK_K)
-    shifts = (inner % 8) * 4
+    col_ok = cols < n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     start = pid_k * k_per_split
     for k0 in range(start, start + k_per_split, BLOCK_K):
-        ks = k0 + inner
+        ks = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=rows[:, None] < m, other=0.0)
-        if ONCE:  # each word loaded once, its 8 nibbles spread by a reshape
+        if SPREAD:  # each word loaded once, its 8 nibbles spread along k by a reshape
             words = tl.load(
-                w_ptr + cols[:, None] * (k // 8) + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :],
-                mask=cols[:, None] < n,
+                w_ptr + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[:, None] * n + cols[None, :],
+                mask=col_ok[None, :],
+                other=0,
             )
-            nibbles = (words[:, :, None] >> (tl.arange(0, 8) * 4)[None, None, :]) & 0xF
-            q = tl.reshape(nibbles, (BLOCK_N, BLOCK_K))
-        else:  # each column's word loaded where it is needed (8 loads of one word)
+            nibbles = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
+            q = tl.reshape(nibbles, (BLOCK_K, BLOCK_N))
+        else:  # each word loaded by the 8 rows of k it holds (the repeats hit the cache)
             words = tl.load(
-                w_ptr + cols[:, None] * (k // 8) + (ks // 8)[None, :], mask=cols[:, None] < n
+                w_ptr + (ks // 8)[:, None] * n + cols[None, :], mask=col_ok[None, :], other=0
             )
-            q = (words >> shifts[None, :]) & 0xF
-        g = k0 // group
-        s = tl.load(sz_ptr + (g * n + cols) * 2, mask=cols < n).to(tl.float32)
-        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=cols < n).to(tl.float32)
-        if AFTER:  # W = q s + (z' - 8 s): the nibbles multiplied as they are, scaled after
-            part = tl.dot(x, tl.trans(q.to(x.dtype)))
+            q = (words >> ((ks % 8) * 4)[:, None]) & 0xF
+        g = k0 // GROUP
+        s = tl.load(sz_ptr + (g * n + cols) * 2, mask=col_ok, other=0.0).to(tl.float32)
+        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=col_ok, other=0.0).to(tl.float32)
+        if AFTER:  # x W = s (x q) + (z' - 8 s) sum(x): the nibbles multiplied as they are
+            if MAGIC:  # the bf16 whose bits are 0x4300 | q is 128 + q: no int-to-float
+                qb = (q | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
+                offset = 136.0
+            else:
+                qb = q.to(tl.float32).to(tl.bfloat16)
+                offset = 8.0
+            part = tl.dot(x, qb.to(x.dtype))
             total = tl.sum(x.to(tl.float32), axis=1)
-            acc += part * s[None, :] + total[:, None] * (z - 8.0 * s)[None, :]
+            acc += part * s[None, :] + total[:, None] * (z - offset * s)[None, :]
         else:  # the block dequantized to x's dtype first
-            w = ((q.to(tl.float32) - 8.0) * s[:, None] + z[:, None]).to(x.dtype)
-            acc += tl.dot(x, tl.trans(w))
-    mask = (rows[:, None] < m) & (cols[None, :] < n)
-    tl.atomic_add(out_ptr + rows[:, None] * n + cols[None, :], acc, mask=mask)
+            if MAGIC:  # the float32 whose bits are 0x4B000000 | q is 2^23 + q
+                qf = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+            else:
+                qf = q.to(tl.float32) - 8.0
+            acc += tl.dot(x, (qf * s[None, :] + z[None, :]).to(x.dtype))
+    at = rows[:, None] * n + cols[None, :]
+    mask = (rows[:, None] < m) & col_ok[None, :]
+    if ATOMIC:
+        tl.atomic_add(out_ptr + at, acc, mask=mask)
+    else:
+        tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["m"])
+def _int4_mm_pairs(
+    x_ptr,
+    w_ptr,
+    sz_ptr,
+    out_ptr,
+    m,
+    n,
+    k,
+    k_per_split,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr,
+    ASM: tl.constexpr,
+    ATOMIC: tl.constexpr,
+):
+    """One group of ``k`` per step. ``(word >> 4 j) & 0x000F000F | 0x43004300`` holds two
+    bf16 numbers, ``128 + q`` of rows ``8 w + j`` and ``8 w + j + 4``: two nibbles made
+    floats by two integer operations. Each half multiplies the matching rows of ``x``
+    (``tl.dot`` over the group's 16 words), and ``x W = s (x (q + 128)) + (z' - 136 s)
+    sum(x)`` per group."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows[:, None] < m
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n
+    word_rows = tl.arange(0, GROUP // 8)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    start = pid_k * k_per_split
+    for k0 in range(start, start + k_per_split, GROUP):
+        words = tl.load(
+            w_ptr + (k0 // 8 + word_rows)[:, None] * n + cols[None, :],
+            mask=col_ok[None, :],
+            other=0,
+        )
+        x_at = x_ptr + rows[:, None] * k + k0 + 8 * word_rows[None, :]
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for j in tl.static_range(4):
+            pair = ((words >> (4 * j)) & 0x000F000F) | 0x43004300
+            if ASM:  # the two halves of a register are the two numbers: no instruction
+                lo, hi = tl.inline_asm_elementwise(
+                    "mov.b32 {$0, $1}, $2;",
+                    "=h,=h,r",
+                    [pair],
+                    dtype=(tl.bfloat16, tl.bfloat16),
+                    is_pure=True,
+                    pack=1,
+                )
+            else:
+                lo = pair.to(tl.int16).to(tl.bfloat16, bitcast=True)
+                hi = (pair >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            x_lo = tl.load(x_at + j, mask=row_ok, other=0.0)
+            x_hi = tl.load(x_at + j + 4, mask=row_ok, other=0.0)
+            part = tl.dot(x_lo, lo.to(x_lo.dtype), acc=part)
+            part = tl.dot(x_hi, hi.to(x_hi.dtype), acc=part)
+            total += tl.sum(x_lo.to(tl.float32), axis=1) + tl.sum(x_hi.to(tl.float32), axis=1)
+        g = k0 // GROUP
+        s = tl.load(sz_ptr + (g * n + cols) * 2, mask=col_ok, other=0.0).to(tl.float32)
+        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=col_ok, other=0.0).to(tl.float32)
+        acc += part * s[None, :] + total[:, None] * (z - 136.0 * s)[None, :]
+    at = rows[:, None] * n + cols[None, :]
+    mask = row_ok & col_ok[None, :]
+    if ATOMIC:
+        tl.atomic_add(out_ptr + at, acc, mask=mask)
+    else:
+        tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def pack(q: torch.Tensor) -> torch.Tensor:
-    """int32 ``[n, k]`` of values 0..15 → int32 ``[n, k / 8]``, column ``8 w + j`` in
-    nibble ``j`` of word ``w``."""
+    """int32 ``[n, k]`` of values 0..15 → int32 ``[k / 8, n]``, row ``8 w + j`` of column
+    ``c`` in nibble ``j`` of word ``[w, c]``."""
     n, k = q.shape
     shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=q.device)
-    return (q.view(n, k // 8, 8) << shifts).sum(-1, dtype=torch.int32)
+    return (q.t().reshape(k // 8, 8, n) << shifts[:, None]).sum(1, dtype=torch.int32)
+
+
+SCALED_WAYS = tuple(
+    f"{unpack}-{convert}-{scale}"
+    for unpack in ("gather", "spread")
+    for convert in ("cast", "magic")
+    for scale in ("before", "after")
+)
+WAYS = (*SCALED_WAYS, "pairs", "pairs-asm")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way to run a kernel: the output's columns in blocks of ``block_n`` per program,
+    the inner dimension in ``split_k`` parts (added atomically into float32 when more than
+    one) walked ``block_k`` at a time, ``warps`` and ``stages`` as Triton takes them.
+
+    ``way``: ``pairs`` (:func:`_int4_mm_pairs`, ``block_k`` = the group; ``-asm`` splits
+    the pairs by inline PTX, else by integer ops) or, for :func:`_int4_mm`,
+    ``UNPACK-CONVERT-SCALE``: ``spread`` loads each word once (``gather`` once per row of
+    ``k`` it holds); ``magic`` makes nibbles floats by their bits (``cast`` by
+    conversion); ``after`` applies the scales after the product (``before`` before)."""
+
+    split_k: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+    way: str
+
+    @property
+    def name(self) -> str:
+        return (
+            f"split{self.split_k}-n{self.block_n}-k{self.block_k}-w{self.warps}"
+            f"-s{self.stages}-{self.way}"
+        )
 
 
 def int4_mm(
-    x: torch.Tensor,
-    packed: torch.Tensor,
-    scales_and_zeros: torch.Tensor,
-    group: int,
-    split_k: int = 4,
-    block_n: int = 64,
-    block_k: int = 128,
-    once: bool = True,
-    after: bool = True,
+    x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group: int, c: Config
 ) -> torch.Tensor:
-    """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout;
-    ``once``: each packed word loaded once and spread by a reshape, else once per column;
-    ``after``: the raw nibbles multiplied and each group's scale and zero applied to the
-    product, else the block dequantized before its product."""
+    """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout."""
     m, k = x.shape
-    n = packed.shape[0]
-    if m > 16 or group % block_k or k % (split_k * block_k):
-        raise ValueError(f"unsupported shape: m={m}, k={k}, group={group}, split_k={split_k}")
-    out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
-    grid = (triton.cdiv(n, block_n), split_k)
-    _int4_mm[grid](
-        x.contiguous(),
-        packed,
-        scales_and_zeros,
-        out,
-        m,
-        n,
-        k,
-        group,
-        k // split_k,
-        BLOCK_M=16,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        ONCE=once,
-        AFTER=after,
-    )
-    return out.to(x.dtype)
+    n = packed.shape[1]
+    pairs = c.way.startswith("pairs")
+    if m > 16 or group % c.block_k or k % (c.split_k * c.block_k) or (pairs and c.block_k != group):
+        raise ValueError(f"unsupported shape: m={m}, k={k}, group={group}, {c.name}")
+    atomic = c.split_k > 1
+    if atomic:
+        out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
+    else:
+        out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(n, c.block_n), c.split_k)
+    args = (x.contiguous(), packed, scales_and_zeros, out, m, n, k, k // c.split_k)
+    launch = {"num_warps": c.warps, "num_stages": c.stages}
+    if pairs:
+        _int4_mm_pairs[grid](
+            *args,
+            BLOCK_M=16,
+            BLOCK_N=c.block_n,
+            GROUP=group,
+            ASM=c.way == "pairs-asm",
+            ATOMIC=atomic,
+            **launch,
+        )
+    else:
+        unpack, convert, scale = c.way.split("-")
+        _int4_mm[grid](
+            *args,
+            GROUP=group,
+            BLOCK_M=16,
+            BLOCK_N=c.block_n,
+            BLOCK_K=c.block_k,
+            SPREAD=unpack == "spread",
+            MAGIC=convert == "magic",
+            AFTER=scale == "after",
+            ATOMIC=atomic,
+            **launch,
+        )
+    return out.to(x.dtype) if atomic else out
 
 
 def reference(q: torch.Tensor, scales_and_zeros: torch.Tensor, group: int) -> torch.Tensor:
@@ -195,7 +325,8 @@ def sync(device: torch.device) -> None:
 def one_shape(
     n: int, k: int, rows: list[int], args: argparse.Namespace, device: torch.device
 ) -> dict[str, Any]:
-    """Both kernels at every row count for one ``[n, k]`` weight."""
+    """Every config of the grid at ``--probe-rows``; the ``--keep`` fastest of them at every
+    row count, and torch's kernel, for one ``[n, k]`` weight."""
     gen = torch.Generator(device="cpu").manual_seed(n * 7 + k)
     q = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.int32).to(device)
     scales = torch.rand(k // args.group, n, generator=gen) * 0.02 + 0.001
@@ -204,82 +335,99 @@ def one_shape(
     packed = pack(q)
     weight = reference(q, sz, args.group)
     torch_packed = pack_for_cuda(q, inner_k_tiles(k)) if device.type == "cuda" else None
-    out: dict[str, Any] = {}
-    for m in rows:
-        x = torch.randn(m, k, generator=gen).to(device=device, dtype=args.dtype)
+    inputs = {m: torch.randn(m, k, generator=gen).to(device=device, dtype=args.dtype) for m in rows}
+
+    def measure(m: int, c: Config) -> dict[str, Any]:
+        x = inputs[m]
         want = x.float() @ weight.t()
-        scale = float(want.abs().max())
-        entry: dict[str, Any] = {"configs": {}}
-        for config in configs(k, args):
-            got = int4_mm(x, packed, sz, args.group, *config)
-            us = timed(
-                lambda x=x, c=config: int4_mm(x, packed, sz, args.group, *c), args.iters, device
-            )
-            split_k, block_n, block_k, once, after = config
-            unpack = "once" if once else "gather"
-            name = f"split{split_k}-n{block_n}-k{block_k}-{unpack}-{'after' if after else 'before'}"
-            entry["configs"][name] = {
-                "us": round(us, 1),
-                "max_rel_diff": round(float((got.float() - want).abs().max()) / scale, 5),
-            }
-        best = min(entry["configs"], key=lambda c: entry["configs"][c]["us"])
-        entry["best"] = best
-        entry["triton_us"] = entry["configs"][best]["us"]
-        entry["max_rel_diff"] = max(c["max_rel_diff"] for c in entry["configs"].values())
+        try:
+            got = int4_mm(x, packed, sz, args.group, c)
+        except Exception as exc:  # a config Triton cannot build is reported, not fatal
+            log.warning("%s: %s", c.name, exc)
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        us = timed(lambda: int4_mm(x, packed, sz, args.group, c), args.iters, device)
+        diff = float((got.float() - want).abs().max()) / float(want.abs().max())
+        return {"us": round(us, 1), "max_rel_diff": round(diff, 6)}
+
+    grid = configs(k, args)
+    probe: dict[str, Any] = {}
+    kept: dict[str, Config] = {}
+    for m in args.probe_rows:
+        probe[str(m)] = {c.name: measure(m, c) for c in grid}
+        built = [c for c in grid if "error" not in probe[str(m)][c.name]]
+        fastest = sorted(built, key=lambda c: probe[str(m)][c.name]["us"])[: args.keep]
+        kept.update((c.name, c) for c in fastest)
+    out: dict[str, Any] = {"probe": probe}
+    for m in rows:
+        timings = {
+            name: probe.get(str(m), {}).get(name) or measure(m, c) for name, c in kept.items()
+        }
+        best = min(timings, key=lambda name: timings[name]["us"])
+        entry: dict[str, Any] = {"configs": timings, "best": best, **timings[best]}
+        entry["max_rel_diff"] = max(t["max_rel_diff"] for t in timings.values())
         if torch_packed is not None:
-            flat = x.to(KERNEL_DTYPE)
-            stock = torch._weight_int4pack_mm(flat, torch_packed, args.group, sz)
+            flat = inputs[m].to(KERNEL_DTYPE)
+            call = functools.partial(torch._weight_int4pack_mm, flat, torch_packed, args.group, sz)
+            want = flat.float() @ weight.t()
             entry["torch_max_rel_diff"] = round(
-                float((stock.float() - want).abs().max()) / scale, 5
+                float((call().float() - want).abs().max()) / float(want.abs().max()), 6
             )
-            entry["torch_us"] = round(
-                timed(
-                    lambda flat=flat: torch._weight_int4pack_mm(flat, torch_packed, args.group, sz),
-                    args.iters,
-                    device,
-                ),
-                1,
-            )
+            entry["torch_us"] = round(timed(call, args.iters, device), 1)
         out[str(m)] = entry
     return out
 
 
-def configs(k: int, args: argparse.Namespace) -> list[tuple[int, int, int, bool, bool]]:
-    """(split_k, block_n, block_k, once, after) to try: the options' own, or with
-    ``--sweep`` every combination that divides ``k`` and the group, each word loaded once,
-    scaled before and after the product."""
-    if not args.sweep:
-        return [(args.split_k, args.block_n, args.block_k, not args.gather, not args.before)]
+def configs(k: int, args: argparse.Namespace) -> list[Config]:
+    """The grid: every way, block, split, warp and stage count of the options that
+    divides ``k`` and the group (``pairs`` only with blocks as deep as the group)."""
     return [
-        (split_k, block_n, block_k, True, after)
-        for after in (True, False)
-        for block_k in (64, 128)
-        for block_n in (32, 64, 128, 256)
-        for split_k in (1, 2, 4, 7, 8, 14)
-        if args.group % block_k == 0 and k % (split_k * block_k) == 0
+        Config(split, block_n, block_k, warps, stages, way)
+        for way in args.ways
+        for block_n, block_k in args.blocks
+        for split in args.splits
+        for warps in args.warps
+        for stages in args.stages
+        if args.group % block_k == 0
+        and k % (split * block_k) == 0
+        and (block_k == args.group or not way.startswith("pairs"))
     ]
+
+
+def ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--shapes", default="", help="NxK,... (default: the 7B decoder's four)")
-    p.add_argument("--rows", default="1,2,4,8,16")
+    p.add_argument("--rows", type=ints, default=[1, 2, 4, 8, 16])
+    p.add_argument("--probe-rows", type=ints, default=[1, 8, 16], help="the grid is timed at")
+    p.add_argument("--keep", type=int, default=3, help="fastest per probe, timed at every row")
     p.add_argument("--group", type=int, default=128)
-    p.add_argument("--split-k", type=int, default=4)
-    p.add_argument("--block-n", type=int, default=64)
-    p.add_argument("--block-k", type=int, default=128)
+    p.add_argument("--splits", type=ints, default=[1, 2, 4, 8])
+    p.add_argument(
+        "--blocks",
+        type=lambda t: [tuple(int(v) for v in b.split("x")) for b in t.split(",")],
+        default=[(64, 128), (128, 128), (256, 128), (128, 64)],
+        help="BLOCK_NxBLOCK_K,...",
+    )
+    p.add_argument("--warps", type=ints, default=[4, 8])
+    p.add_argument("--stages", type=ints, default=[2, 3, 4])
+    p.add_argument(
+        "--ways",
+        type=lambda t: t.split(","),
+        default=["spread-cast-before", "pairs", "pairs-asm"],
+        help=f"of {','.join(WAYS)}",
+    )
     p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--gather", action="store_true", help="load each word once per column")
-    p.add_argument("--before", action="store_true", help="dequantize before the product")
-    p.add_argument("--sweep", action="store_true", help="time every block and split; keep the best")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     args.dtype = KERNEL_DTYPE if device.type == "cuda" else torch.float32
     shapes = SHAPES_7B
     if args.shapes:
         shapes = {s: tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")}  # type: ignore[misc]
-    rows = [int(r) for r in args.rows.split(",")]
+    rows = sorted({*args.rows, *args.probe_rows})
     result: dict[str, Any] = {
         **provenance("bench/bench_int4_triton.py", argv, device),
         "torch": torch.__version__,
@@ -289,17 +437,23 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         for name, (n, k) in shapes.items():
             result["shapes"][name] = one_shape(n, k, rows, args, device)
+            summary = {
+                m: (e["best"], e["us"], e.get("torch_us"))
+                for m, e in result["shapes"][name].items()
+                if m != "probe"
+            }
+            log.info("%s: %s", name, json.dumps(summary))
     step: dict[str, dict[str, float]] = {}
     for m in rows:
-        for kernel in ("triton_us", "torch_us"):
+        for kernel in ("us", "torch_us"):
             total = sum(result["shapes"][s][str(m)].get(kernel, 0.0) for s in shapes)
-            step.setdefault(str(m), {})[kernel.replace("_us", "_step_ms")] = round(
-                total * LAYERS / 1000, 3
-            )
+            name = "triton_step_ms" if kernel == "us" else "torch_step_ms"
+            step.setdefault(str(m), {})[name] = round(total * LAYERS / 1000, 3)
     result["step_28_layers"] = step
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     sys.exit(main())

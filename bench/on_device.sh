@@ -60,7 +60,7 @@ command_for() {
     concurrency-dense-ab) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --peer dense_weight_share=0.25 --workdir $W" ;;
     batching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q -x tests/engine/test_batching_gpu.py" ;;
     preprocess) echo "python3 bench/bench_preprocess.py" ;;
-    int4-triton) echo "python3 bench/bench_int4_triton.py --sweep" ;;
+    int4-triton) echo "python3 bench/bench_int4_triton.py" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
     gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;
     *) return 1 ;;
@@ -69,7 +69,7 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision | batching-dense) echo 150 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton) echo 150 ;;
+    vision | batching-dense) echo 150 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
     qwen3 | concurrency-dense-ab) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;

@@ -33,6 +33,7 @@ def load_script(script: str, folder: Path = BENCH) -> Any:
         spec = importlib.util.spec_from_file_location(script, folder / f"{script}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules[script] = module  # where dataclasses look their module up
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(folder))

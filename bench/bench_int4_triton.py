@@ -60,6 +60,22 @@ SHAPES_7B = {
 LAYERS = 28
 
 
+@triton.jit
+def _block_words(
+    w_ptr, k0, k, n, pid_n, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, TILED: tl.constexpr
+):
+    """The ``[BLOCK_K / 8, BLOCK_N]`` words of the block at ``k0`` of the program's columns:
+    from :func:`pack`'s layout, or :func:`tile`'s (each block's words contiguous)."""
+    word_rows = tl.arange(0, BLOCK_K // 8)
+    if TILED:
+        first = ((pid_n * (k // BLOCK_K) + k0 // BLOCK_K) * (BLOCK_K // 8)) * BLOCK_N
+        at = first + word_rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        return tl.load(w_ptr + at)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    at = (k0 // 8 + word_rows)[:, None] * n + cols[None, :]
+    return tl.load(w_ptr + at, mask=(cols < n)[None, :], other=0)
+
+
 @triton.jit(do_not_specialize=["m"])
 def _int4_mm(
     x_ptr,
@@ -77,6 +93,7 @@ def _int4_mm(
     SPREAD: tl.constexpr,
     MAGIC: tl.constexpr,
     AFTER: tl.constexpr,
+    TILED: tl.constexpr,
     ATOMIC: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
@@ -86,15 +103,11 @@ def _int4_mm(
     col_ok = cols < n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     start = pid_k * k_per_split
-    for k0 in range(start, start + k_per_split, BLOCK_K):
+    for k0 in range(start, tl.minimum(start + k_per_split, k), BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=rows[:, None] < m, other=0.0)
         if SPREAD:  # each word loaded once, its 8 nibbles spread along k by a reshape
-            words = tl.load(
-                w_ptr + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[:, None] * n + cols[None, :],
-                mask=col_ok[None, :],
-                other=0,
-            )
+            words = _block_words(w_ptr, k0, k, n, pid_n, BLOCK_K, BLOCK_N, TILED)
             nibbles = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
             q = tl.reshape(nibbles, (BLOCK_K, BLOCK_N))
         else:  # each word loaded by the 8 rows of k it holds (the repeats hit the cache)
@@ -143,6 +156,7 @@ def _int4_mm_pairs(
     BLOCK_N: tl.constexpr,
     GROUP: tl.constexpr,
     ASM: tl.constexpr,
+    TILED: tl.constexpr,
     ATOMIC: tl.constexpr,
 ):
     """One group of ``k`` per step. ``(word >> 4 j) & 0x000F000F | 0x43004300`` holds two
@@ -159,12 +173,8 @@ def _int4_mm_pairs(
     word_rows = tl.arange(0, GROUP // 8)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     start = pid_k * k_per_split
-    for k0 in range(start, start + k_per_split, GROUP):
-        words = tl.load(
-            w_ptr + (k0 // 8 + word_rows)[:, None] * n + cols[None, :],
-            mask=col_ok[None, :],
-            other=0,
-        )
+    for k0 in range(start, tl.minimum(start + k_per_split, k), GROUP):
+        words = _block_words(w_ptr, k0, k, n, pid_n, GROUP, BLOCK_N, TILED)
         x_at = x_ptr + rows[:, None] * k + k0 + 8 * word_rows[None, :]
         part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         total = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -207,6 +217,15 @@ def pack(q: torch.Tensor) -> torch.Tensor:
     return (q.t().reshape(k // 8, 8, n) << shifts[:, None]).sum(1, dtype=torch.int32)
 
 
+def tile(packed: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:
+    """:func:`pack`'s ``[k / 8, n]`` → ``[n / block_n, k / block_k, block_k / 8, block_n]``:
+    each program's block of words contiguous, its blocks along ``k`` one after another."""
+    words, n = packed.shape
+    per_block = block_k // 8
+    blocks = packed.view(words // per_block, per_block, n // block_n, block_n)
+    return blocks.permute(2, 0, 1, 3).contiguous()
+
+
 SCALED_WAYS = tuple(
     f"{unpack}-{convert}-{scale}"
     for unpack in ("gather", "spread")
@@ -214,19 +233,27 @@ SCALED_WAYS = tuple(
     for scale in ("before", "after")
 )
 WAYS = (*SCALED_WAYS, "pairs", "pairs-asm")
+TILED_WAYS = (
+    "tiled-spread-cast-before",
+    "tiled-spread-magic-before",
+    "tiled-pairs",
+    "tiled-pairs-asm",
+)
 
 
 @dataclass(frozen=True)
 class Config:
     """One way to run a kernel: the output's columns in blocks of ``block_n`` per program,
-    the inner dimension in ``split_k`` parts (added atomically into float32 when more than
-    one) walked ``block_k`` at a time, ``warps`` and ``stages`` as Triton takes them.
+    the inner dimension in ``split_k`` parts of whole blocks (the last one shorter where
+    they do not divide; added atomically into float32 when more than one) walked
+    ``block_k`` at a time, ``warps`` and ``stages`` as Triton takes them.
 
     ``way``: ``pairs`` (:func:`_int4_mm_pairs`, ``block_k`` = the group; ``-asm`` splits
     the pairs by inline PTX, else by integer ops) or, for :func:`_int4_mm`,
     ``UNPACK-CONVERT-SCALE``: ``spread`` loads each word once (``gather`` once per row of
     ``k`` it holds); ``magic`` makes nibbles floats by their bits (``cast`` by
-    conversion); ``after`` applies the scales after the product (``before`` before)."""
+    conversion); ``after`` applies the scales after the product (``before`` before).
+    ``tiled-WAY``: the weight in :func:`tile`'s layout (``spread`` and ``pairs`` only)."""
 
     split_k: int
     block_n: int
@@ -246,11 +273,21 @@ class Config:
 def int4_mm(
     x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group: int, c: Config
 ) -> torch.Tensor:
-    """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout."""
+    """``x @ W.T`` for ``x`` ``[m, k]`` (m at most 16), ``W`` from :func:`pack`'s layout
+    (or :func:`tile`'s, for ``tiled-`` ways)."""
     m, k = x.shape
-    n = packed.shape[1]
-    pairs = c.way.startswith("pairs")
-    if m > 16 or group % c.block_k or k % (c.split_k * c.block_k) or (pairs and c.block_k != group):
+    n = scales_and_zeros.shape[1]
+    tiled = c.way.startswith("tiled-")
+    way = c.way.removeprefix("tiled-")
+    pairs = way.startswith("pairs")
+    if (
+        m > 16
+        or group % c.block_k
+        or k % c.block_k
+        or c.split_k > k // c.block_k
+        or (pairs and c.block_k != group)
+        or (tiled and (n % c.block_n or way.startswith("gather")))
+    ):
         raise ValueError(f"unsupported shape: m={m}, k={k}, group={group}, {c.name}")
     atomic = c.split_k > 1
     if atomic:
@@ -258,7 +295,9 @@ def int4_mm(
     else:
         out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     grid = (triton.cdiv(n, c.block_n), c.split_k)
-    args = (x.contiguous(), packed, scales_and_zeros, out, m, n, k, k // c.split_k)
+    # whole blocks per split, the last split taking what is left
+    per_split = triton.cdiv(k // c.block_k, c.split_k) * c.block_k
+    args = (x.contiguous(), packed, scales_and_zeros, out, m, n, k, per_split)
     launch = {"num_warps": c.warps, "num_stages": c.stages}
     if pairs:
         _int4_mm_pairs[grid](
@@ -266,12 +305,13 @@ def int4_mm(
             BLOCK_M=16,
             BLOCK_N=c.block_n,
             GROUP=group,
-            ASM=c.way == "pairs-asm",
+            ASM=way == "pairs-asm",
+            TILED=tiled,
             ATOMIC=atomic,
             **launch,
         )
     else:
-        unpack, convert, scale = c.way.split("-")
+        unpack, convert, scale = way.split("-")
         _int4_mm[grid](
             *args,
             GROUP=group,
@@ -281,6 +321,7 @@ def int4_mm(
             SPREAD=unpack == "spread",
             MAGIC=convert == "magic",
             AFTER=scale == "after",
+            TILED=tiled,
             ATOMIC=atomic,
             **launch,
         )
@@ -337,15 +378,21 @@ def one_shape(
     torch_packed = pack_for_cuda(q, inner_k_tiles(k)) if device.type == "cuda" else None
     inputs = {m: torch.randn(m, k, generator=gen).to(device=device, dtype=args.dtype) for m in rows}
 
+    layouts: dict[tuple[int, int], torch.Tensor] = {}
+
     def measure(m: int, c: Config) -> dict[str, Any]:
         x = inputs[m]
         want = x.float() @ weight.t()
+        words = packed
+        if c.way.startswith("tiled-"):
+            key = (c.block_n, c.block_k)
+            words = layouts[key] if key in layouts else layouts.setdefault(key, tile(packed, *key))
         try:
-            got = int4_mm(x, packed, sz, args.group, c)
+            got = int4_mm(x, words, sz, args.group, c)
         except Exception as exc:  # a config Triton cannot build is reported, not fatal
             log.warning("%s: %s", c.name, exc)
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        us = timed(lambda: int4_mm(x, packed, sz, args.group, c), args.iters, device)
+        us = timed(lambda: int4_mm(x, words, sz, args.group, c), args.iters, device)
         diff = float((got.float() - want).abs().max()) / float(want.abs().max())
         return {"us": round(us, 1), "max_rel_diff": round(diff, 6)}
 
@@ -378,7 +425,7 @@ def one_shape(
 
 
 def configs(k: int, args: argparse.Namespace) -> list[Config]:
-    """The grid: every way, block, split, warp and stage count of the options that
+    """The grid: every way, block, split, warp and stage count of the options whose block
     divides ``k`` and the group (``pairs`` only with blocks as deep as the group)."""
     return [
         Config(split, block_n, block_k, warps, stages, way)
@@ -388,8 +435,9 @@ def configs(k: int, args: argparse.Namespace) -> list[Config]:
         for warps in args.warps
         for stages in args.stages
         if args.group % block_k == 0
-        and k % (split * block_k) == 0
-        and (block_k == args.group or not way.startswith("pairs"))
+        and k % block_k == 0
+        and split <= k // block_k
+        and (block_k == args.group or "pairs" not in way)
     ]
 
 
@@ -405,20 +453,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-rows", type=ints, default=[1, 8, 16], help="the grid is timed at")
     p.add_argument("--keep", type=int, default=3, help="fastest per probe, timed at every row")
     p.add_argument("--group", type=int, default=128)
-    p.add_argument("--splits", type=ints, default=[1, 2, 4, 8])
+    p.add_argument("--splits", type=ints, default=[1, 2, 4, 8, 16])
     p.add_argument(
         "--blocks",
         type=lambda t: [tuple(int(v) for v in b.split("x")) for b in t.split(",")],
         default=[(64, 128), (128, 128), (256, 128), (128, 64)],
         help="BLOCK_NxBLOCK_K,...",
     )
-    p.add_argument("--warps", type=ints, default=[4, 8])
+    p.add_argument("--warps", type=ints, default=[4])
     p.add_argument("--stages", type=ints, default=[2, 3, 4])
     p.add_argument(
         "--ways",
         type=lambda t: t.split(","),
-        default=["spread-cast-before", "pairs", "pairs-asm"],
-        help=f"of {','.join(WAYS)}",
+        default=["spread-cast-before", *TILED_WAYS[:2], "tiled-pairs-asm"],
+        help=f"of {','.join((*WAYS, *TILED_WAYS))}",
     )
     p.add_argument("--iters", type=int, default=50)
     args = p.parse_args(argv)

@@ -17,9 +17,12 @@ from tests.bench.support import BENCH, load_script
 def test_every_config_matches_the_dequantized_weight() -> None:
     script = load_script("bench_int4_triton")
     # the interpreter is chosen when triton is first imported: a process of its own
-    argv = ["--device", "cpu", "--shapes", "48x512", "--rows", "1,5", "--iters", "1"]
-    grid = ["--probe-rows", "5", "--keep", "2", "--splits", "1,2", "--blocks", "32x64,64x128"]
-    ways = ",".join((*script.SCALED_WAYS, "pairs"))  # pairs-asm is PTX: not interpreted
+    argv = ["--device", "cpu", "--shapes", "64x640", "--rows", "1,5", "--iters", "1"]
+    # 640 = 5 blocks of 128 or 10 of 64: three splits do not divide either
+    grid = ["--probe-rows", "5", "--keep", "2", "--splits", "1,3", "--blocks", "32x64,64x128"]
+    grid += ["--warps", "4", "--stages", "3"]
+    # the *-asm ways are PTX, which the interpreter does not run
+    ways = ",".join((*script.SCALED_WAYS, "pairs", "tiled-pairs", "tiled-spread-cast-before"))
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_int4_triton.py"), *argv, *grid, "--ways", ways],
         env={**os.environ, "TRITON_INTERPRET": "1"},
@@ -28,10 +31,10 @@ def test_every_config_matches_the_dequantized_weight() -> None:
         timeout=600,
         check=True,
     )
-    shape = json.loads(done.stdout)["shapes"]["48x512"]
+    shape = json.loads(done.stdout)["shapes"]["64x640"]
     probed = shape["probe"]["5"]
-    # eight scaled ways x 2 blocks x 2 splits; pairs only with the group-deep block
-    assert len(probed) == 8 * 2 * 2 + 2
+    # nine ways of any block x 2 blocks x 2 splits; the pairs only with the group-deep block
+    assert len(probed) == 9 * 2 * 2 + 2 * 2
     # float32 in the interpreter; scaling after the product subtracts 136 s sum(x) from
     # the magic nibbles' product (and pairs'), which costs a few bits of float32
     assert all(r["max_rel_diff"] < 2e-5 for r in probed.values()), probed
@@ -39,6 +42,15 @@ def test_every_config_matches_the_dequantized_weight() -> None:
         entry = shape[rows]
         assert len(entry["configs"]) == 2 and entry["best"] in entry["configs"]
         assert entry["us"] > 0 and entry["max_rel_diff"] < 2e-5
+
+
+def test_tile_makes_each_programs_block_contiguous() -> None:
+    script = load_script("bench_int4_triton")
+    packed = torch.arange(4 * 6, dtype=torch.int32).view(4, 6)  # [k / 8 = 4, n = 6], k = 32
+    tiled = script.tile(packed, block_n=3, block_k=16)  # blocks of 2 words x 3 columns
+    assert tiled.shape == (2, 2, 2, 3)
+    assert torch.equal(tiled[1, 0], packed[0:2, 3:6])  # columns 3..5, k 0..15
+    assert torch.equal(tiled[0, 1], packed[2:4, 0:3])  # columns 0..2, k 16..31
 
 
 def test_pack_puts_row_8w_plus_j_in_nibble_j() -> None:

@@ -20,7 +20,10 @@ transformers' attention, which repeats the cache per query head under a mask),
 ``graph-compiled`` (the step through
 ``torch.compile``, Inductor, recorded the same way; only ``--compiled-rows``, with its
 compile time), ``graph-compiled-bmm`` (the same with the attention scores as one
-float32-accumulated batched matmul instead of a product and sum) and, for comparison,
+float32-accumulated batched matmul instead of a product and sum),
+``graph-compiled-triton`` (the compiled step with inputs of ``--triton-from`` to 16 rows
+through ``bench_int4_triton``'s tiled kernel, an operator Inductor calls as it is, on a
+copy of each int4 weight in that kernel's layout) and, for comparison,
 ``one-request``: the single-request loop's compiled static step
 (``generate.compiled_step``). ``max_abs_logit_diff`` compares a variant's
 logits with ``graph``'s for the same step. ``--kernels 1,8,16`` adds where each of those
@@ -47,13 +50,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_int4_triton as int4_triton
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
 from _profiling import activities, device_events, profile_parser, summarise
 from torch.profiler import profile
 
 from qwen_ui.engine import fused
-from qwen_ui.engine.awq import Int4Linear
+from qwen_ui.engine.awq import (
+    KERNEL_DTYPE,
+    Int4Linear,
+    inner_k_tiles,
+    tile_gather,
+    unpack_tinygemm,
+)
 from qwen_ui.engine.batch_prefill import Prefill
 from qwen_ui.engine.batching import Sequence
 from qwen_ui.engine.decode_graphs import DecodeGraphs
@@ -231,6 +241,48 @@ def dense_copies(model: torch.nn.Module, on: bool) -> Iterator[None]:
             layer.drop_dense()
 
 
+STOCK_INT4_FORWARD = Int4Linear.forward
+
+
+def _triton_forward(self: Int4Linear, x: torch.Tensor) -> torch.Tensor:
+    """:class:`Int4Linear`'s forward with inputs of ``triton_from`` to 16 rows through
+    ``bench_int4_triton``'s tiled kernel."""
+    rows = x.numel() // self.in_features
+    words = getattr(self, "triton_words", None)
+    if words is None or not self.triton_from <= rows <= 16:  # type: ignore[operator]
+        return STOCK_INT4_FORWARD(self, x)
+    flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
+    plan = self.triton_plan  # type: ignore[attr-defined]
+    out = int4_triton.int4_mm_tiled(flat, words, self.scales_and_zeros, self.group_size, *plan)
+    out = out.to(x.dtype)
+    if self.bias is not None:
+        out = out + self.bias.to(x.dtype)
+    return out.reshape(*x.shape[:-1], self.out_features)
+
+
+@contextmanager
+def triton_int4(model: torch.nn.Module, on: bool, rows_from: int) -> Iterator[None]:
+    """Every CUDA int4 layer on ``bench_int4_triton``'s tiled kernel (its own copy of the
+    weight, unpacked from torch's) for inputs of ``rows_from`` to 16 rows."""
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear) and not m.dequantized]
+    layers = layers if on else []
+    for layer in layers:
+        gather = tile_gather(layer.packed.device, inner_k_tiles(layer.in_features))
+        plan = int4_triton.plan_for(layer.out_features, layer.in_features)
+        words = int4_triton.pack(unpack_tinygemm(layer.packed, gather))
+        layer.register_buffer("triton_words", int4_triton.tile(words, *plan[1:3]), False)
+        layer.triton_plan = plan  # type: ignore[assignment]
+        layer.triton_from = rows_from  # type: ignore[assignment]
+    if on:
+        Int4Linear.forward = _triton_forward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Int4Linear.forward = STOCK_INT4_FORWARD  # type: ignore[method-assign]
+        for layer in layers:
+            del layer.triton_words
+
+
 def bucket_times(
     graphs: DecodeGraphs, seq: Sequence, rows: int, args: argparse.Namespace
 ) -> tuple[dict[str, Any], torch.Tensor]:
@@ -266,7 +318,7 @@ def variant(
     """Every bucket of ``rows`` through one variant (its own cache and graphs)."""
     model = loaded.language.model
     cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
-    compiling = name in ("graph-compiled", "graph-compiled-bmm")
+    compiling = name in ("graph-compiled", "graph-compiled-bmm", "graph-compiled-triton")
     forward = torch.compile(model.forward, dynamic=False) if compiling else None
     graphs = DecodeGraphs(model, cache, forward=forward)
     out: dict[str, Any] = {"slot_length": cache.length, "buckets": {}}
@@ -275,6 +327,7 @@ def variant(
         repeated_kv(name == "graph-repeat-kv"),
         dense_copies(model, name == "graph-dense"),
         matmul_scores(name == "graph-compiled-bmm"),
+        triton_int4(model, name == "graph-compiled-triton", args.triton_from),
     ):
         for r in rows:
             if name in ("graph-dequant", "graph-dense") and r < 2:
@@ -336,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--no-dequant", action="store_true", help="skip graph-dequant")
+    p.add_argument(
+        "--triton-from", type=int, default=5, help="graph-compiled-triton: from this many rows"
+    )
     p.add_argument("--kernels", default="", help="rows whose step's kernels are profiled")
     p.add_argument(
         "--kernels-compiled", default="", help="rows whose compiled step's kernels are profiled"
@@ -372,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         if compiled and device.type == "cuda":
             plan.append(("graph-compiled", compiled))
             plan.append(("graph-compiled-bmm", compiled))
+            plan.append(("graph-compiled-triton", compiled))
         if args.variants:
             plan = [v for v in plan if v[0] in args.variants.split(",")]
         for variant_name, variant_rows in plan:

@@ -319,6 +319,7 @@ def variant(
     model = loaded.language.model
     cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
     compiling = name in ("graph-compiled", "graph-compiled-bmm", "graph-compiled-triton")
+    torch._dynamo.reset()  # each variant its own compile: dynamo would reuse the last one's
     forward = torch.compile(model.forward, dynamic=False) if compiling else None
     graphs = DecodeGraphs(model, cache, forward=forward)
     out: dict[str, Any] = {"slot_length": cache.length, "buckets": {}}

@@ -328,47 +328,6 @@ def int4_mm(
     return out.to(x.dtype) if atomic else out
 
 
-@torch.library.custom_op("qwen_ui_bench::int4_mm_tiled", mutates_args=())
-def int4_mm_tiled(
-    x: torch.Tensor,
-    words: torch.Tensor,
-    scales_and_zeros: torch.Tensor,
-    group: int,
-    split_k: int,
-    block_n: int,
-    block_k: int,
-    stages: int,
-) -> torch.Tensor:
-    """:func:`int4_mm`'s ``tiled-spread-cast-before`` way as one operator, opaque to
-    ``torch.compile`` (Inductor calls it as it is) and recordable in a CUDA graph."""
-    c = Config(split_k, block_n, block_k, 4, stages, "tiled-spread-cast-before")
-    return int4_mm(x, words, scales_and_zeros, group, c)
-
-
-@int4_mm_tiled.register_fake
-def _int4_mm_tiled_shape(
-    x: torch.Tensor,
-    words: torch.Tensor,
-    scales_and_zeros: torch.Tensor,
-    group: int,
-    split_k: int,
-    block_n: int,
-    block_k: int,
-    stages: int,
-) -> torch.Tensor:
-    return x.new_empty(x.shape[0], scales_and_zeros.shape[1])
-
-
-def plan_for(n: int, k: int) -> tuple[int, int, int, int]:
-    """``(split_k, block_n, block_k, stages)`` for an ``[n, k]`` weight at 8 to 16 rows,
-    the fastest of the H200 sweep (training/runs/bench/session26/int4-triton-tiled.json)
-    for the 7B decoder's shapes: wide outputs in 128-column blocks over 4 splits, narrow
-    ones in 64-column blocks over 8 splits (16 for a deep ``k``)."""
-    if n >= 16384:
-        return 4, 128, 128, 3
-    return (16 if k >= 8192 else 8), 64, 128, 3
-
-
 def reference(q: torch.Tensor, scales_and_zeros: torch.Tensor, group: int) -> torch.Tensor:
     """``W`` ``[n, k]`` in float32: ``(q - 8) * s + z'`` per group."""
     sz = scales_and_zeros.float().repeat_interleave(group, dim=0)  # [k, n, 2]

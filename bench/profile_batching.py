@@ -21,9 +21,9 @@ transformers' attention, which repeats the cache per query head under a mask),
 ``torch.compile``, Inductor, recorded the same way; only ``--compiled-rows``, with its
 compile time), ``graph-compiled-bmm`` (the same with the attention scores as one
 float32-accumulated batched matmul instead of a product and sum),
-``graph-compiled-triton`` (the compiled step with inputs of ``--triton-from`` to 16 rows
-through ``bench_int4_triton``'s tiled kernel, an operator Inductor calls as it is, on a
-copy of each int4 weight in that kernel's layout) and, for comparison,
+``graph-compiled-triton`` (the compiled step with the engine's Triton int4 copies,
+``QWEN_UI_TRITON_INT4``: few-row inputs through ``qwen_ui.engine.triton_int4`` from each
+shape's timed crossover) and, for comparison,
 ``one-request``: the single-request loop's compiled static step
 (``generate.compiled_step``). ``max_abs_logit_diff`` compares a variant's
 logits with ``graph``'s for the same step. ``--kernels 1,8,16`` adds where each of those
@@ -50,20 +50,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_int4_triton as int4_triton
 import torch
 from _checkpoints import DirStore, add_arch_options, arch_checkpoint
 from _profiling import activities, device_events, profile_parser, summarise
 from torch.profiler import profile
 
-from qwen_ui.engine import fused
-from qwen_ui.engine.awq import (
-    KERNEL_DTYPE,
-    Int4Linear,
-    inner_k_tiles,
-    tile_gather,
-    unpack_tinygemm,
-)
+from qwen_ui.engine import fused, triton_int4
+from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.batch_prefill import Prefill
 from qwen_ui.engine.batching import Sequence
 from qwen_ui.engine.decode_graphs import DecodeGraphs
@@ -241,46 +234,18 @@ def dense_copies(model: torch.nn.Module, on: bool) -> Iterator[None]:
             layer.drop_dense()
 
 
-STOCK_INT4_FORWARD = Int4Linear.forward
-
-
-def _triton_forward(self: Int4Linear, x: torch.Tensor) -> torch.Tensor:
-    """:class:`Int4Linear`'s forward with inputs of ``triton_from`` to 16 rows through
-    ``bench_int4_triton``'s tiled kernel."""
-    rows = x.numel() // self.in_features
-    words = getattr(self, "triton_words", None)
-    if words is None or not self.triton_from <= rows <= 16:  # type: ignore[operator]
-        return STOCK_INT4_FORWARD(self, x)
-    flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
-    plan = self.triton_plan  # type: ignore[attr-defined]
-    out = int4_triton.int4_mm_tiled(flat, words, self.scales_and_zeros, self.group_size, *plan)
-    out = out.to(x.dtype)
-    if self.bias is not None:
-        out = out + self.bias.to(x.dtype)
-    return out.reshape(*x.shape[:-1], self.out_features)
-
-
 @contextmanager
-def triton_int4(model: torch.nn.Module, on: bool, rows_from: int) -> Iterator[None]:
-    """Every CUDA int4 layer on ``bench_int4_triton``'s tiled kernel (its own copy of the
-    weight, unpacked from torch's) for inputs of ``rows_from`` to 16 rows."""
-    layers = [m for m in model.modules() if isinstance(m, Int4Linear) and not m.dequantized]
-    layers = layers if on else []
-    for layer in layers:
-        gather = tile_gather(layer.packed.device, inner_k_tiles(layer.in_features))
-        plan = int4_triton.plan_for(layer.out_features, layer.in_features)
-        words = int4_triton.pack(unpack_tinygemm(layer.packed, gather))
-        layer.register_buffer("triton_words", int4_triton.tile(words, *plan[1:3]), False)
-        layer.triton_plan = plan  # type: ignore[assignment]
-        layer.triton_from = rows_from  # type: ignore[assignment]
+def triton_copies(model: torch.nn.Module, on: bool) -> Iterator[None]:
+    """The engine's Triton int4 copies (``triton_int4.keep_copies``: checked and timed per
+    layer shape) kept for the variant, dropped after it."""
     if on:
-        Int4Linear.forward = _triton_forward  # type: ignore[method-assign]
+        triton_int4.keep_copies(model)
     try:
         yield
     finally:
-        Int4Linear.forward = STOCK_INT4_FORWARD  # type: ignore[method-assign]
-        for layer in layers:
-            del layer.triton_words
+        for layer in model.modules():
+            if isinstance(layer, Int4Linear):
+                layer.drop_rows_kernel()
 
 
 def bucket_times(
@@ -328,7 +293,7 @@ def variant(
         repeated_kv(name == "graph-repeat-kv"),
         dense_copies(model, name == "graph-dense"),
         matmul_scores(name == "graph-compiled-bmm"),
-        triton_int4(model, name == "graph-compiled-triton", args.triton_from),
+        triton_copies(model, name == "graph-compiled-triton"),
     ):
         for r in rows:
             if name in ("graph-dequant", "graph-dense") and r < 2:
@@ -390,9 +355,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--no-dequant", action="store_true", help="skip graph-dequant")
-    p.add_argument(
-        "--triton-from", type=int, default=5, help="graph-compiled-triton: from this many rows"
-    )
     p.add_argument("--kernels", default="", help="rows whose step's kernels are profiled")
     p.add_argument(
         "--kernels-compiled", default="", help="rows whose compiled step's kernels are profiled"

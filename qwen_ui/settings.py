@@ -169,6 +169,15 @@ class Settings(BaseSettings):
         "at load, and long prompts without dequantizing. Admission counts the copies with "
         "the weights. Opt-in: the 7B architecture's copies take about 12 GiB.",
     )
+    triton_int4: bool | Literal["auto"] = Field(
+        "auto",
+        description="AWQ models on CUDA with max_batch > 1: a batch's decode steps of a few "
+        "sequences (from the row count where it was faster than torch's int4 kernel, timed "
+        "per layer shape at load, up to 16) multiply by a Triton int4 kernel reading its "
+        "own copy of each int4 weight: half a byte per weight more (about 3.3 GiB for the "
+        "7B architecture), counted by admission with the weights. 'auto' = on on CUDA "
+        "with max_batch > 1.",
+    )
     fuse_projections: bool = Field(
         True,
         description="AWQ models: one int4 matmul for each attention's q/k/v and one for each "

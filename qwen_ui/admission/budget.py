@@ -47,9 +47,9 @@ def request_budget(
 
 def expected_weights(facts: ModelFacts) -> int:
     """The weights' bytes on the device before they are loaded and measured: the
-    checkpoint's tensors with :data:`WEIGHT_OVERHEAD`, and the dense copies the engine
-    keeps of its int4 weights."""
-    return int(facts.weight_file_bytes * WEIGHT_OVERHEAD) + facts.dense_copy_bytes
+    checkpoint's tensors with :data:`WEIGHT_OVERHEAD`, and the copies the engine keeps of
+    its int4 weights."""
+    return int(facts.weight_file_bytes * WEIGHT_OVERHEAD) + facts.copy_bytes
 
 
 def pool_reserve(settings: Settings, where: Placement) -> int:

@@ -150,6 +150,7 @@ class Int4Linear(nn.Module):
     dense: torch.Tensor
     awq_qweight: torch.Tensor
     tile_gather: torch.Tensor
+    rows_words: torch.Tensor
 
     def __init__(
         self, in_features: int, out_features: int, group_size: int, dtype: torch.dtype
@@ -167,6 +168,11 @@ class Int4Linear(nn.Module):
         # Inputs of at least this many rows take a kept bf16 copy of the weight
         # (qwen_ui.engine.dense_weights); 0 = no copy kept
         self.dense_rows = 0
+        # Inputs of rows_from to rows_to rows take the Triton kernel's operator on its own
+        # copy of the weight (qwen_ui.engine.triton_int4); 0 = never
+        self.rows_from = 0
+        self.rows_to = 0
+        self.rows_plan: tuple[int, int, int] = (1, 1, 1)  # the operator's sizes
         # how that weight is computed: the loader swaps in compiled (fused) versions on CUDA
         self.dequantize: Dequantize = dequantize_for_kernel
         self.dequantize_packed: DequantizePacked = dequantize_tinygemm
@@ -234,6 +240,11 @@ class Int4Linear(nn.Module):
             return nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
         shape = x.shape
         rows = x.numel() // self.in_features
+        if self.rows_from and self.rows_from <= rows <= self.rows_to:
+            flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
+            words, sz, group = self.rows_words, self.scales_and_zeros, self.group_size
+            out = torch.ops.qwen_ui.int4_rows(flat, words, sz, group, *self.rows_plan)
+            return self._finish(out.to(x.dtype), shape)
         if self.dense_rows and rows >= self.dense_rows:
             # the input rounded to bf16 as the kernel takes it
             return nn.functional.linear(x.to(KERNEL_DTYPE).to(x.dtype), self.dense, self.bias)
@@ -251,9 +262,12 @@ class Int4Linear(nn.Module):
             out = torch._weight_int4pack_mm_for_cpu(
                 flat, self.packed, self.group_size, self.scales_and_zeros
             )
-        out = out.to(x.dtype)
+        return self._finish(out.to(x.dtype), shape)
+
+    def _finish(self, out: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """The kernels' ``[rows, out]`` with the bias added, in the input's shape."""
         if self.bias is not None:
-            out = out + self.bias.to(x.dtype)
+            out = out + self.bias.to(out.dtype)
         return out.reshape(*shape[:-1], self.out_features)
 
     def keep_dense(self, weight: torch.Tensor, rows: int) -> None:
@@ -268,6 +282,21 @@ class Int4Linear(nn.Module):
         if hasattr(self, "dense"):
             delattr(self, "dense")
 
+    def keep_rows_kernel(
+        self, words: torch.Tensor, plan: tuple[int, int, int], rows_from: int, rows_to: int
+    ) -> None:
+        """Multiply inputs of ``rows_from`` to ``rows_to`` rows by the Triton kernel's
+        operator on ``words``, its copy of this layer's weight."""
+        self.register_buffer("rows_words", words, persistent=False)
+        self.rows_plan = plan
+        self.rows_from, self.rows_to = rows_from, rows_to
+
+    def drop_rows_kernel(self) -> None:
+        """Back to the other paths for every row count; the copy is freed."""
+        self.rows_from = self.rows_to = 0
+        if hasattr(self, "rows_words"):
+            delattr(self, "rows_words")
+
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """``[out, in]`` in ``dtype`` (only with ``prefill_rows``): from the kernel's packed
         weight (:func:`dequantize_tinygemm`) or the kept AWQ ``qweight``
@@ -279,6 +308,8 @@ class Int4Linear(nn.Module):
 
     def extra_repr(self) -> str:
         path = "dequantized" if self.dequantized else "int4 kernel"
+        if self.rows_from:
+            path += f", Triton from {self.rows_from} to {self.rows_to} rows"
         if self.dense_rows:
             path += f", dense from {self.dense_rows} rows"
         return (

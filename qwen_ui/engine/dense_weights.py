@@ -30,7 +30,7 @@ from qwen_ui.engine.awq import (
     inner_k_tiles,
     tile_gather,
 )
-from qwen_ui.engine.shapes import TextShape
+from qwen_ui.engine.shapes import TextShape, quantized_weights
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,8 @@ def copy_bytes(layers: Sequence[Int4Linear]) -> int:
 
 
 def config_copy_bytes(text: TextShape) -> int:
-    """:func:`copy_bytes` from a model's text shape, before loading: every decoder layer's
-    q/k/v, o, gate, up and down projections (the linears AWQ checkpoints quantize)."""
-    q, kv = text.heads * text.head_dim, text.kv_heads * text.head_dim
-    per_layer = text.hidden * (q + 2 * kv) + q * text.hidden + 3 * text.hidden * text.intermediate
-    return text.layers * per_layer * COPY_ITEM
+    """:func:`copy_bytes` from a model's text shape, before loading."""
+    return quantized_weights(text) * COPY_ITEM
 
 
 def crossover_rows(
@@ -139,8 +136,8 @@ def _measure(layer: Int4Linear, weight: torch.Tensor, flush: torch.Tensor) -> in
     kernel_ms, dense_ms = [], []
     for rows in ROWS:
         x = torch.randn(rows, layer.in_features, device=weight.device, dtype=KERNEL_DTYPE)
-        kernel_ms.append(_time_ms(functools.partial(_kernel, layer, x), flush))
-        dense_ms.append(_time_ms(functools.partial(nn.functional.linear, x, weight), flush))
+        kernel_ms.append(time_ms(functools.partial(_kernel, layer, x), flush))
+        dense_ms.append(time_ms(functools.partial(nn.functional.linear, x, weight), flush))
     log.debug(
         "int4 %dx%d, ms per call by rows %s: kernel %s, dense %s",
         layer.in_features,
@@ -152,7 +149,7 @@ def _measure(layer: Int4Linear, weight: torch.Tensor, flush: torch.Tensor) -> in
     return crossover_rows(ROWS, kernel_ms, dense_ms)
 
 
-def _time_ms(call: Callable[[], object], flush: torch.Tensor) -> float:
+def time_ms(call: Callable[[], object], flush: torch.Tensor) -> float:
     """The median of ``REPEATS`` timed calls, each after the L2 cache is overwritten (a
     decode step reads every weight from device memory)."""
     call()  # warm-up: the kernel's first call selects its configuration

@@ -246,6 +246,7 @@ class Engine:
             settings.vision_attention,
             settings.fuse_projections,
             self.placement.dense_limit,
+            self.placement.triton_int4,
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)

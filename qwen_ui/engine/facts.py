@@ -31,6 +31,7 @@ from qwen_ui.engine.shapes import (
     Placement,
     TextShape,
     VisionShape,
+    quantized_weights,
 )
 from qwen_ui.lang import LANGS, Lang
 from qwen_ui.settings import Settings
@@ -85,7 +86,10 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
     batch = batch_limit(settings)
     dense = dense_limit(settings, device)
     if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop
-        return Placement(device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode, dense)
+        rows_kernel = device.type == "cuda" and settings.triton_int4 in (True, "auto")
+        return Placement(
+            device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode, dense, rows_kernel
+        )
     static = path.decode_mode == "static"
     rows = path.prefill_graph_rows
     return Placement(
@@ -153,7 +157,7 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
         shape = replace(shape, batch_limit=where.batch_limit, batch_graphs=where.batch_graphs)
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     geometry = geometry_of(image_processor, low, high)
-    facts = ModelFacts(snapshot_id, shape, geometry, weights, dense_copies(config, where))
+    facts = ModelFacts(snapshot_id, shape, geometry, weights, weight_copies(config, where))
     return ServedModel(facts, processor)
 
 
@@ -167,11 +171,24 @@ def dense_copies(config: Any, where: Placement) -> int:
     return nbytes if nbytes <= where.dense_limit else 0
 
 
-def dense_copies_at(path: Path, where: Placement) -> int:
-    """:func:`dense_copies` for the model at ``path``."""
-    if not where.dense_limit:
+def triton_copies(config: Any, where: Placement) -> int:
+    """Bytes of the Triton int4 kernel's copies of an AWQ model's int4 weights
+    (:mod:`qwen_ui.engine.triton_int4`) where the placement keeps them, else 0."""
+    if not where.triton_int4 or awq_settings(config) is None:
         return 0
-    return dense_copies(AutoConfig.from_pretrained(path, local_files_only=True), where)
+    return quantized_weights(text_shape(config)) // 2  # 8 weights in an int32 word
+
+
+def weight_copies(config: Any, where: Placement) -> int:
+    """Bytes of every copy the engine will keep of an AWQ model's int4 weights."""
+    return dense_copies(config, where) + triton_copies(config, where)
+
+
+def weight_copies_at(path: Path, where: Placement) -> int:
+    """:func:`weight_copies` for the model at ``path``."""
+    if not where.dense_limit and not where.triton_int4:
+        return 0
+    return weight_copies(AutoConfig.from_pretrained(path, local_files_only=True), where)
 
 
 def geometry_of(image_processor: Any, min_pixels: int, max_pixels: int) -> Geometry:

@@ -64,6 +64,7 @@ class ModelSpec:
     vision_attention: str = "batched"  # "stock": transformers' per-window loop
     fuse_projections: bool = True  # AWQ: one int4 matmul for q/k/v and one for gate/up
     dense_limit: int = 0  # AWQ on CUDA: bytes dense copies of int4 weights may take
+    triton_int4: bool = False  # AWQ on CUDA: few-row inputs on the Triton int4 kernel
 
 
 @dataclass(frozen=True)
@@ -367,6 +368,8 @@ class Pipelines:
         )
         if self.spec.dense_limit:
             keep_dense_copies(model, self.spec.dense_limit)  # after load: timed on its layers
+        if self.spec.triton_int4:
+            _keep_triton_copies(model)  # after load: checked and timed on its layers
         if self.spec.vision_attention == "batched":
             vision.install(model)
         return Loaded(
@@ -380,3 +383,10 @@ class Pipelines:
         with self._lock:
             self._loaded = None
         self.status.reset()
+
+
+def _keep_triton_copies(model: PreTrainedModel) -> None:
+    # imported here: Triton comes with CUDA builds of torch, which a CPU install may lack
+    from qwen_ui.engine.triton_int4 import keep_copies
+
+    keep_copies(model)

@@ -49,6 +49,14 @@ class TextShape:
     vocab: int
 
 
+def quantized_weights(text: TextShape) -> int:
+    """Weights of every decoder layer's q/k/v, o, gate, up and down projections: the
+    linears AWQ checkpoints quantize."""
+    q, kv = text.heads * text.head_dim, text.kv_heads * text.head_dim
+    per_layer = text.hidden * (q + 2 * kv) + q * text.hidden + 3 * text.hidden * text.intermediate
+    return text.layers * per_layer
+
+
 @dataclass(frozen=True)
 class VisionShape:
     depth: int
@@ -102,6 +110,8 @@ class Placement:
     batch_graphs: bool = False  # batched decode steps replayed from graphs (CUDA)
     # AWQ: the most bytes dense copies of the int4 weights may take (0: none kept)
     dense_limit: int = 0
+    # AWQ: batch steps of a few rows on the Triton int4 kernel's own copies of the weights
+    triton_int4: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,8 @@ class ModelFacts:
     shape: ModelShape
     geometry: Geometry
     weight_file_bytes: int  # size of the checkpoint's tensors on disk
-    dense_copy_bytes: int = 0  # AWQ: dense copies of the int4 weights the engine will keep
+    # AWQ: copies of the int4 weights the engine will keep (dense bf16, the Triton kernel's)
+    copy_bytes: int = 0
 
 
 @dataclass(frozen=True)

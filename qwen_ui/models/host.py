@@ -14,7 +14,7 @@ from qwen_ui.admission.count import CountGate
 from qwen_ui.auth.service import AuthService
 from qwen_ui.engine.cache import EmbeddingCache
 from qwen_ui.engine.engine import Engine
-from qwen_ui.engine.facts import dense_copies_at, placement
+from qwen_ui.engine.facts import placement, weight_copies_at
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.remote import RemoteEngine
 from qwen_ui.engine.status import EngineStatus
@@ -91,7 +91,7 @@ class EngineHost:
     def snapshot(self, ref: ModelRef) -> tuple[str, int, int]:
         found = self.store.resolve(ref.model_id, ref.revision)
         path = Path(found.path)
-        return str(found.id), checkpoint_bytes(path), dense_copies_at(path, self.where)
+        return str(found.id), checkpoint_bytes(path), weight_copies_at(path, self.where)
 
     def release_memory(self) -> None:
         gc.collect()

@@ -138,3 +138,34 @@ def test_dense_copies_multiply_as_the_kernel_from_the_measured_rows(cuda: torch.
         assert cosine.item() >= 0.9999
         assert layer.dense_rows in (0, *ROWS)
         print(f"{layer.out_features}x{layer.in_features}: dense from {layer.dense_rows} rows")
+
+
+def test_triton_copies_multiply_as_the_kernel_from_the_measured_rows(cuda: torch.device) -> None:
+    """7B-sized q/k/v and down shapes: each layer's Triton copy multiplies as torch's
+    kernel does, and the layer sends the measured row range (or none) to it."""
+    from qwen_ui.engine import triton_int4
+
+    torch.manual_seed(4)
+    layers = []
+    for out_features, in_features in ((4608, 3584), (3584, 18944)):
+        q, z, s = awq_quantize(torch.randn(out_features, in_features) * 0.05)
+        layers.append(
+            Int4Linear.from_awq(
+                pack_columns(q), pack_columns(z), s, None, 128, cuda, torch.bfloat16
+            )
+        )
+    kept = triton_int4.keep_copies(nn.Sequential(*layers))
+    assert kept == sum(1 for layer in layers if layer.rows_from)
+    for layer in layers:
+        assert layer.rows_from in (0, *triton_int4.ROWS)
+        print(f"{layer.out_features}x{layer.in_features}: Triton from {layer.rows_from} rows")
+        if not layer.rows_from:
+            continue
+        assert layer.rows_to == triton_int4.MAX_ROWS
+        for rows in (layer.rows_from, triton_int4.MAX_ROWS):
+            x = torch.randn(rows, layer.in_features, device=cuda, dtype=torch.bfloat16)
+            kernel = torch._weight_int4pack_mm(x, layer.packed, 128, layer.scales_and_zeros)
+            cosine = nn.functional.cosine_similarity(
+                layer(x).float().flatten(), kernel.float().flatten(), dim=0
+            )
+            assert cosine.item() >= 0.9999

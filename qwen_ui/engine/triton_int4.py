@@ -1,0 +1,317 @@
+"""A Triton int4 kernel for a batch's decode steps of a few rows, on CUDA.
+
+torch's int4 kernel (``_weight_int4pack_mm``) is fastest for one row, but its time grows
+with the rows: a decode step of 8 or 16 sequences spends most of its time there. This
+kernel reads each weight once for up to :data:`MAX_ROWS` rows: every program takes a
+block of the output's columns and a share of the inner dimension (added atomically when
+shared), unpacks its block's nibbles, dequantizes them and multiplies with ``tl.dot``.
+
+It reads its own copy of the weight (:func:`pack` then :func:`tile`: each program's
+words contiguous), half a byte per weight beside torch's packed one. At load,
+:func:`keep_copies` checks every CUDA int4 layer's copy against torch's kernel and times
+both per layer shape; a layer then multiplies inputs from the fewest rows where this was
+faster at every row count timed up to :data:`MAX_ROWS` here (the operator
+``torch.ops.qwen_ui.int4_rows``), everything else as before.
+
+``bench/bench_int4_triton.py`` sweeps this kernel's other ways and sizes;
+``bench/profile_batching.py`` times a step with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+from qwen_ui.engine.awq import KERNEL_DTYPE, Int4Linear, inner_k_tiles, tile_gather, unpack_tinygemm
+from qwen_ui.engine.dense_weights import FLUSH_BYTES, MATCH, crossover_rows, time_ms
+
+log = logging.getLogger(__name__)
+
+MAX_ROWS = 16  # the kernel's row tile: inputs of more rows take another path
+BLOCK_K = 128  # inner-dimension step; the group size must be a multiple of it
+ROWS = (2, 4, 8, 16)  # row counts timed per layer shape
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one weight shape runs: ``split_k`` programs share the inner dimension,
+    ``block_n`` output columns per program, ``stages`` as Triton's ``num_stages``."""
+
+    split_k: int
+    block_n: int
+    stages: int = 3
+
+    def args(self) -> tuple[int, int, int]:
+        """As :func:`int4_rows` takes them after the group."""
+        return self.split_k, self.block_n, self.stages
+
+
+def plan_for(n: int, k: int) -> Plan:
+    """The fastest sizes of the H200 sweep for the 7B decoder's shapes at 8 and 16 rows
+    (docs/BENCHMARKS.md): wide outputs in 128-column blocks over 4 splits, narrow ones in
+    64-column blocks over 8 splits, 16 when ``k`` is deep."""
+    if n >= 16384:
+        return Plan(4, 128)
+    return Plan(16 if k >= 8192 else 8, 64)
+
+
+def fits(n: int, k: int, group: int) -> bool:
+    """Whether an ``[n, k]`` weight of groups of ``group`` runs here."""
+    return group % BLOCK_K == 0 and k % group == 0 and n % plan_for(n, k).block_n == 0
+
+
+@triton.jit(do_not_specialize=["m"])  # type: ignore[untyped-decorator]
+def _int4_rows(  # type: ignore[no-untyped-def]
+    x_ptr,
+    w_ptr,
+    sz_ptr,
+    out_ptr,
+    m,
+    n,
+    k,
+    k_per_split,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ATOMIC: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows[:, None] < m
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    word_rows = tl.arange(0, BLOCK_K // 8)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    start = pid_k * k_per_split
+    for k0 in range(start, tl.minimum(start + k_per_split, k), BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=row_ok, other=0.0)
+        first = ((pid_n * (k // BLOCK_K) + k0 // BLOCK_K) * (BLOCK_K // 8)) * BLOCK_N
+        words = tl.load(
+            w_ptr + first + word_rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        )
+        # nibble j of word w is row 8 w + j of the block
+        nibbles = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
+        q = tl.reshape(nibbles, (BLOCK_K, BLOCK_N))
+        g = k0 // GROUP
+        s = tl.load(sz_ptr + (g * n + cols) * 2).to(tl.float32)
+        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1).to(tl.float32)
+        w = (q.to(tl.float32) - 8.0) * s[None, :] + z[None, :]
+        acc += tl.dot(x, w.to(x.dtype))
+    at = rows[:, None] * n + cols[None, :]
+    if ATOMIC:
+        tl.atomic_add(out_ptr + at, acc, mask=row_ok)
+    else:
+        tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+def pack(q: torch.Tensor) -> torch.Tensor:
+    """int32 ``[n, k]`` of values 0..15 → int32 ``[k / 8, n]``, row ``8 w + j`` of column
+    ``c`` in nibble ``j`` of word ``[w, c]``."""
+    n, k = q.shape
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=q.device)
+    return (q.t().reshape(k // 8, 8, n) << shifts[:, None]).sum(1, dtype=torch.int32)
+
+
+def untile(words: torch.Tensor) -> torch.Tensor:
+    """:func:`tile`'s words → int32 ``[n, k]`` of values 0..15 (what :func:`pack` took)."""
+    column_blocks, k_blocks, per_block, block_n = words.shape
+    packed = words.permute(1, 2, 0, 3).reshape(k_blocks * per_block, column_blocks * block_n)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
+    nibbles = (packed[:, None, :] >> shifts[:, None]) & 0xF  # [k / 8, 8, n]
+    return nibbles.reshape(-1, packed.shape[1]).t().contiguous()
+
+
+def tile(packed: torch.Tensor, block_n: int) -> torch.Tensor:
+    """:func:`pack`'s ``[k / 8, n]`` → ``[n / block_n, k / BLOCK_K, BLOCK_K / 8, block_n]``:
+    each program's block of words contiguous, its blocks along ``k`` one after another."""
+    words, n = packed.shape
+    per_block = BLOCK_K // 8
+    blocks = packed.view(words // per_block, per_block, n // block_n, block_n)
+    return blocks.permute(2, 0, 1, 3).contiguous()
+
+
+@torch.library.custom_op("qwen_ui::int4_rows", mutates_args=())  # type: ignore[misc]
+def int4_rows(
+    x: torch.Tensor,
+    words: torch.Tensor,
+    scales_and_zeros: torch.Tensor,
+    group: int,
+    split_k: int,
+    block_n: int,
+    stages: int,
+) -> torch.Tensor:
+    """``x @ W.T`` for ``x`` ``[m, k]`` (``m`` at most :data:`MAX_ROWS`), ``W`` from
+    :func:`tile`'s ``words`` and torch's ``scales_and_zeros[k / g, n, 2]``
+    (``W = (q - 8) s + z'``). One operator, which ``torch.compile`` calls as it is: the
+    Triton kernel (:func:`launch`) on CUDA, the dequantized weight's product on the CPU."""
+    return launch(x, words, scales_and_zeros, group, split_k, block_n, stages)
+
+
+@int4_rows.register_kernel("cpu")  # type: ignore[misc]
+def _int4_rows_cpu(
+    x: torch.Tensor,
+    words: torch.Tensor,
+    scales_and_zeros: torch.Tensor,
+    group: int,
+    split_k: int,
+    block_n: int,
+    stages: int,
+) -> torch.Tensor:
+    sz = scales_and_zeros.float().repeat_interleave(group, dim=0)  # [k, n, 2]
+    weight = (untile(words).t().float() - 8.0) * sz[..., 0] + sz[..., 1]  # [k, n]
+    return (x.float() @ weight).to(x.dtype)
+
+
+def launch(
+    x: torch.Tensor,
+    words: torch.Tensor,
+    scales_and_zeros: torch.Tensor,
+    group: int,
+    split_k: int,
+    block_n: int,
+    stages: int,
+) -> torch.Tensor:
+    """:func:`int4_rows` by the Triton kernel (any device Triton runs on)."""
+    m, k = x.shape
+    n = scales_and_zeros.shape[1]
+    shared = split_k > 1
+    if shared:
+        out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
+    else:
+        out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    per_split = triton.cdiv(k // BLOCK_K, split_k) * BLOCK_K  # whole blocks; the last shorter
+    _int4_rows[(n // block_n, split_k)](
+        x.contiguous(),
+        words,
+        scales_and_zeros,
+        out,
+        m,
+        n,
+        k,
+        per_split,
+        GROUP=group,
+        BLOCK_M=MAX_ROWS,
+        BLOCK_N=block_n,
+        BLOCK_K=BLOCK_K,
+        ATOMIC=shared,
+        num_warps=4,
+        num_stages=stages,
+    )
+    return out.to(x.dtype) if shared else out
+
+
+@int4_rows.register_fake  # type: ignore[misc]
+def _int4_rows_shape(
+    x: torch.Tensor,
+    words: torch.Tensor,
+    scales_and_zeros: torch.Tensor,
+    group: int,
+    split_k: int,
+    block_n: int,
+    stages: int,
+) -> torch.Tensor:
+    return x.new_empty(x.shape[0], scales_and_zeros.shape[1])
+
+
+def keep_copies(model: nn.Module) -> int:
+    """Give every CUDA int4 layer of ``model`` whose shape fits a copy in this kernel's
+    layout, used from its shape's measured crossover. Returns the layers given one."""
+    layers = [
+        m
+        for m in model.modules()
+        if isinstance(m, Int4Linear)
+        and not m.dequantized
+        and m.packed.is_cuda
+        and fits(m.out_features, m.in_features, m.group_size)
+    ]
+    if not layers:
+        return 0
+    try:
+        return _keep(layers)
+    except Exception:  # any failure (Triton's compiler included): torch's kernel as before
+        log.exception("Triton int4 copies failed: none kept")
+        for layer in layers:
+            layer.drop_rows_kernel()
+        return 0
+
+
+def _keep(layers: list[Int4Linear]) -> int:
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=layers[0].packed.device)
+    crossovers: dict[tuple[int, int], int] = {}
+    kept = 0
+    for layer in layers:
+        copy = _copy(layer)
+        if copy is None:
+            continue
+        words, plan = copy
+        shape = (layer.in_features, layer.out_features)
+        if shape not in crossovers:
+            crossovers[shape] = _measure(layer, words, plan, flush)
+        if crossovers[shape]:
+            layer.keep_rows_kernel(words, plan.args(), crossovers[shape], MAX_ROWS)
+            kept += 1
+    log.info(
+        "Triton int4 copies kept for %d of %d int4 layers (from rows: %s)",
+        kept,
+        len(layers),
+        ", ".join(f"{i}x{o}: {r or 'never'}" for (i, o), r in crossovers.items()),
+    )
+    return kept
+
+
+def _copy(layer: Int4Linear) -> tuple[torch.Tensor, Plan] | None:
+    """A copy of ``layer``'s weight in this kernel's layout and the plan it runs with, or
+    None (logged) when it does not multiply as torch's kernel does (a packing layout this
+    code does not know)."""
+    gather = _gather(layer.packed.device, inner_k_tiles(layer.in_features))
+    plan = plan_for(layer.out_features, layer.in_features)
+    words = tile(pack(unpack_tinygemm(layer.packed, gather)), plan.block_n)
+    probe = torch.randn(8, layer.in_features, device=words.device, dtype=KERNEL_DTYPE)
+    expected = _torch_kernel(layer, probe).float()
+    got = _triton_kernel(layer, words, plan, probe).float()
+    error = float((got - expected).norm() / expected.norm())
+    if not error <= MATCH:  # also NaN
+        log.warning("int4 layout not recognised: no Triton copy (relative error %.3g)", error)
+        return None
+    return words, plan
+
+
+@functools.cache
+def _gather(device: torch.device, tiles: int) -> torch.Tensor:
+    return tile_gather(device, tiles)
+
+
+def _torch_kernel(layer: Int4Linear, x: torch.Tensor) -> torch.Tensor:
+    return torch._weight_int4pack_mm(x, layer.packed, layer.group_size, layer.scales_and_zeros)
+
+
+def _triton_kernel(
+    layer: Int4Linear, words: torch.Tensor, plan: Plan, x: torch.Tensor
+) -> torch.Tensor:
+    out: torch.Tensor = int4_rows(x, words, layer.scales_and_zeros, layer.group_size, *plan.args())
+    return out
+
+
+def _measure(layer: Int4Linear, words: torch.Tensor, plan: Plan, flush: torch.Tensor) -> int:
+    torch_ms, triton_ms = [], []
+    for rows in ROWS:
+        x = torch.randn(rows, layer.in_features, device=flush.device, dtype=KERNEL_DTYPE)
+        torch_ms.append(time_ms(functools.partial(_torch_kernel, layer, x), flush))
+        triton_ms.append(time_ms(functools.partial(_triton_kernel, layer, words, plan, x), flush))
+    log.debug(
+        "int4 %dx%d, ms per call by rows %s: torch %s, Triton %s",
+        layer.in_features,
+        layer.out_features,
+        ROWS,
+        torch_ms,
+        triton_ms,
+    )
+    return crossover_rows(ROWS, torch_ms, triton_ms)

@@ -1,29 +1,30 @@
-"""A Triton int4 x bf16 matmul for a few rows, timed against torch's int4 kernel.
+"""Ways to run a Triton int4 x bf16 matmul for a few rows, timed against torch's kernel.
 
 The batched decode step's time grows with its rows mostly in torch's int4 kernel
-(``_weight_int4pack_mm``, docs/BENCHMARKS.md, "Many users at once"): over the 7B step's
-112 int4 layers it took 2.42 ms at 1 row and 5.04 at 8, where reading the 4-bit weights
-once takes well under a millisecond on the H200. This kernel reads each weight once per
-call for up to 16 rows: the output columns are split over programs (and the inner
-dimension over ``split_k`` of them, added atomically), each unpacking its block's nibbles
-(each packed word loaded once and spread by a reshape, or loaded once per column:
-``--gather``) and multiplying with ``tl.dot`` in float32: the raw nibbles, each group's
-scale and zero applied to the product (``W = q s + (z' - 8 s)``, so the row sums of ``x``
-carry the zeros), or the block dequantized first (``--before``).
+(``_weight_int4pack_mm``, docs/BENCHMARKS.md): over the 7B step's 112 int4 layers it takes
+about 2.1 ms at 1 row and 4.8 at 8, where reading the 4-bit weights once takes well under
+a millisecond on the H200. These kernels read each weight once per call for up to 16
+rows: the output columns are split over programs (and the inner dimension over
+``split_k`` of them, added atomically), each unpacking its block's nibbles and
+multiplying with ``tl.dot`` in float32. :class:`Config` names the ways: how words are
+loaded and unpacked, nibbles made floats, scales applied, and the layout (``tiled-``);
+the engine runs one of them (``tiled-spread-cast-before``: ``qwen_ui.engine.triton_int4``).
 
-Weight layout (:func:`pack`): int32 ``[n, k / 8]``, nibble ``j`` of word ``w`` holding
-column ``8 w + j`` of row ``n`` (values 0..15); ``scales_and_zeros[k / g, n, 2]`` as torch's
-kernel takes it, ``W[n, k] = (q - 8) * s + z'``.
+Weight layout (``triton_int4.pack``): int32 ``[k / 8, n]``, nibble ``j`` of word
+``[w, c]`` holding row ``8 w + j`` of column ``c`` (values 0..15), or :func:`tile`'s;
+``scales_and_zeros[k / g, n, 2]`` as torch's kernel takes it, ``W = (q - 8) s + z'``.
 
     python bench/bench_int4_triton.py                      # on the GPU
-    TRITON_INTERPRET=1 python bench/bench_int4_triton.py --device cpu --shapes 64x512 \\
-        --rows 1,3 --iters 1                                # CPU dry run (interpreter)
+    TRITON_INTERPRET=1 python bench/bench_int4_triton.py --device cpu --shapes 64x640 \
+        --rows 1,3 --iters 1 --ways spread-cast-before     # CPU dry run (interpreter)
 
-Per shape (the 7B architecture's fused q/k/v, o, gate/up and down by default) and row
-count: microseconds per call of each kernel, replayed from a CUDA graph (with ``--sweep``, of
-every block size and split of the inner dimension, the fastest kept), and the largest
-difference from the dequantized reference, relative to the output's largest value; then
-the sum over a step's 28 layers of each shape. Prints one JSON document on stdout.
+Per shape (the 7B architecture's fused q/k/v, o, gate/up and down by default): every
+config of the grid (ways x blocks x splits x warps x stages) timed at ``--probe-rows``,
+the ``--keep`` fastest of each probe at every row count of ``--rows``, and torch's kernel;
+microseconds per call replayed from a CUDA graph and the largest difference from the
+dequantized reference relative to the output's largest value; then the sum over a step's
+28 layers of each shape, the fastest config per shape and row count. Prints one JSON
+document on stdout.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import triton.language as tl
 from _profiling import provenance
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, inner_k_tiles, pack_for_cuda
+from qwen_ui.engine.triton_int4 import pack
 
 log = logging.getLogger(__name__)
 
@@ -207,14 +209,6 @@ def _int4_mm_pairs(
         tl.atomic_add(out_ptr + at, acc, mask=mask)
     else:
         tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def pack(q: torch.Tensor) -> torch.Tensor:
-    """int32 ``[n, k]`` of values 0..15 → int32 ``[k / 8, n]``, row ``8 w + j`` of column
-    ``c`` in nibble ``j`` of word ``[w, c]``."""
-    n, k = q.shape
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=q.device)
-    return (q.t().reshape(k // 8, 8, n) << shifts[:, None]).sum(1, dtype=torch.int32)
 
 
 def tile(packed: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:

@@ -51,13 +51,3 @@ def test_tile_makes_each_programs_block_contiguous() -> None:
     assert tiled.shape == (2, 2, 2, 3)
     assert torch.equal(tiled[1, 0], packed[0:2, 3:6])  # columns 3..5, k 0..15
     assert torch.equal(tiled[0, 1], packed[2:4, 0:3])  # columns 0..2, k 16..31
-
-
-def test_pack_puts_row_8w_plus_j_in_nibble_j() -> None:
-    q = torch.arange(32, dtype=torch.int32).view(2, 16) % 16  # [n=2, k=16]
-    packed = load_script("bench_int4_triton").pack(q)
-    assert packed.shape == (2, 2)  # [k / 8, n]
-    for word in range(2):
-        for col in range(2):
-            for j in range(8):
-                assert (int(packed[word, col]) >> (4 * j)) & 0xF == int(q[col, 8 * word + j])

@@ -19,6 +19,7 @@ import functools
 import logging
 import statistics
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -39,6 +40,7 @@ REPEATS = 9  # timed calls per path and row count (their median counts)
 FLUSH_BYTES = 256 << 20  # written before each timed call: more than any L2 cache
 MATCH = 2e-2  # the most relative error allowed between the copy's and the kernel's output
 COPY_ITEM = KERNEL_DTYPE.itemsize  # bytes per weight of a copy
+C = TypeVar("C")  # a layer's copy of its weight, as keep_measured's callers make it
 
 
 def copy_bytes(layers: Sequence[Int4Linear]) -> int:
@@ -80,21 +82,39 @@ def keep_dense_copies(model: nn.Module, limit: int) -> int:
 
 
 def _keep(layers: list[Int4Linear]) -> int:
+    def keep(layer: Int4Linear, weight: torch.Tensor, rows: int) -> None:
+        layer.keep_dense(weight, rows)
+
+    return keep_measured(layers, dense_weight, _measure, keep, "dense copies")
+
+
+def keep_measured(
+    layers: list[Int4Linear],
+    copy: Callable[[Int4Linear], C | None],
+    measure: Callable[[Int4Linear, C, torch.Tensor], int],
+    keep: Callable[[Int4Linear, C, int], None],
+    what: str,
+) -> int:
+    """For each layer, ``copy`` it (None: skipped), ``measure`` the first layer of each
+    shape (the rows from which the copy is faster, 0 = never; a ``FLUSH_BYTES`` tensor
+    for overwriting the L2 cache given) and ``keep`` the copy from those rows. Logs the
+    crossover per shape; returns the layers given a copy."""
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=layers[0].packed.device)
     crossovers: dict[tuple[int, int], int] = {}
     kept = 0
     for layer in layers:
-        weight = dense_weight(layer)
-        if weight is None:
+        made = copy(layer)
+        if made is None:
             continue
         shape = (layer.in_features, layer.out_features)
         if shape not in crossovers:
-            crossovers[shape] = _measure(layer, weight, flush)
+            crossovers[shape] = measure(layer, made, flush)
         if crossovers[shape]:
-            layer.keep_dense(weight, crossovers[shape])
+            keep(layer, made, crossovers[shape])
             kept += 1
     log.info(
-        "dense copies kept for %d of %d int4 layers (from rows: %s)",
+        "%s kept for %d of %d int4 layers (from rows: %s)",
+        what,
         kept,
         len(layers),
         ", ".join(f"{i}x{o}: {r or 'never'}" for (i, o), r in crossovers.items()),

@@ -29,7 +29,7 @@ import triton.language as tl
 from torch import nn
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, Int4Linear, inner_k_tiles, tile_gather, unpack_tinygemm
-from qwen_ui.engine.dense_weights import FLUSH_BYTES, MATCH, crossover_rows, time_ms
+from qwen_ui.engine.dense_weights import MATCH, crossover_rows, keep_measured, time_ms
 
 log = logging.getLogger(__name__)
 
@@ -244,27 +244,11 @@ def keep_copies(model: nn.Module) -> int:
 
 
 def _keep(layers: list[Int4Linear]) -> int:
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=layers[0].packed.device)
-    crossovers: dict[tuple[int, int], int] = {}
-    kept = 0
-    for layer in layers:
-        copy = _copy(layer)
-        if copy is None:
-            continue
+    def keep(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], rows: int) -> None:
         words, plan = copy
-        shape = (layer.in_features, layer.out_features)
-        if shape not in crossovers:
-            crossovers[shape] = _measure(layer, words, plan, flush)
-        if crossovers[shape]:
-            layer.keep_rows_kernel(words, plan.args(), crossovers[shape], MAX_ROWS)
-            kept += 1
-    log.info(
-        "Triton int4 copies kept for %d of %d int4 layers (from rows: %s)",
-        kept,
-        len(layers),
-        ", ".join(f"{i}x{o}: {r or 'never'}" for (i, o), r in crossovers.items()),
-    )
-    return kept
+        layer.keep_rows_kernel(words, plan.args(), rows, MAX_ROWS)
+
+    return keep_measured(layers, _copy, _measure, keep, "Triton int4 copies")
 
 
 def _copy(layer: Int4Linear) -> tuple[torch.Tensor, Plan] | None:
@@ -300,7 +284,8 @@ def _triton_kernel(
     return out
 
 
-def _measure(layer: Int4Linear, words: torch.Tensor, plan: Plan, flush: torch.Tensor) -> int:
+def _measure(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], flush: torch.Tensor) -> int:
+    words, plan = copy
     torch_ms, triton_ms = [], []
     for rows in ROWS:
         x = torch.randn(rows, layer.in_features, device=flush.device, dtype=KERNEL_DTYPE)

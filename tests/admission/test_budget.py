@@ -16,7 +16,13 @@ from qwen_ui.admission.budget import (
     request_budget,
 )
 from qwen_ui.admission.estimate import eager_prefill
-from qwen_ui.engine.facts import dense_copies, model_shape, placement
+from qwen_ui.engine.facts import (
+    dense_copies,
+    model_shape,
+    placement,
+    triton_copies,
+    weight_copies,
+)
 from qwen_ui.engine.shapes import Geometry, ModelFacts
 from qwen_ui.settings import Settings
 from tests.admission.test_estimate import QWEN3_8B, QWEN25_7B
@@ -108,3 +114,29 @@ def test_dense_copies_count_with_the_weights_until_measured(tmp_path: Path) -> N
     )
     assert request_budget(on, where, 20 * GiB, expected_weights(facts)) == 40 * GiB  # measured
     assert dense_copies(config, replace(where, dense_limit=copies - 1)) == 0
+
+
+def test_triton_copies_count_with_the_weights_where_batches_run_on_cuda(tmp_path: Path) -> None:
+    """With continuous batching on CUDA (the default ``triton_int4=auto``) the Triton int4
+    kernel's copies count half a byte per int4 weight of the 7B architecture; one request
+    at a time, the CPU or the setting off keep none."""
+    config = Qwen2_5_VLConfig(**QWEN25_7B)
+    plain = Qwen2_5_VLConfig(**QWEN25_7B)
+    config.quantization_config = {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": 128,
+        "zero_point": True,
+        "version": "gemm",
+    }
+    batching = settings(tmp_path, max_batch=8)
+    where = placement(batching, CUDA)
+    assert where.triton_int4
+    weights = 28 * (3584 * (3584 + 2 * 512) + 3584 * 3584 + 3 * 3584 * 18944)
+    assert triton_copies(config, where) == weights // 2
+    assert weight_copies(config, where) == weights // 2  # no dense copies by default
+    assert weight_copies(config, replace(where, dense_limit=16 * GiB)) == weights // 2 * 5
+    assert triton_copies(plain, where) == 0  # no int4 weights, no copies
+    assert not placement(settings(tmp_path), CUDA).triton_int4  # max_batch=1
+    assert not placement(settings(tmp_path, max_batch=8, triton_int4=False), CUDA).triton_int4
+    assert not placement(batching, torch.device("cpu")).triton_int4

@@ -248,10 +248,10 @@ def _keep(layers: list[Int4Linear]) -> int:
         words, plan = copy
         layer.keep_rows_kernel(words, plan.args(), rows, MAX_ROWS)
 
-    return keep_measured(layers, _copy, _measure, keep, "Triton int4 copies")
+    return keep_measured(layers, copy_of, _measure, keep, "Triton int4 copies")
 
 
-def _copy(layer: Int4Linear) -> tuple[torch.Tensor, Plan] | None:
+def copy_of(layer: Int4Linear) -> tuple[torch.Tensor, Plan] | None:
     """A copy of ``layer``'s weight in this kernel's layout and the plan it runs with, or
     None (logged) when it does not multiply as torch's kernel does (a packing layout this
     code does not know)."""

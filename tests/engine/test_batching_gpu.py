@@ -87,6 +87,7 @@ def together(demo: Loaded, samples: list[scenes.Sample]) -> dict[str, list[list[
         "graphs": batched(demo, samples, True),
         "compiled": batched(demo, samples, True, compiled=True),
         "dense": with_dense_copies(demo, lambda: batched(demo, samples, True, compiled=True)),
+        "triton": with_triton_copies(demo, lambda: batched(demo, samples, True, compiled=True)),
     }
 
 
@@ -104,6 +105,26 @@ def with_dense_copies(loaded: Loaded, work: Callable[[], list[list[int]]]) -> li
     finally:
         for layer in layers:
             layer.drop_dense()
+
+
+def with_triton_copies(loaded: Loaded, work: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """``work()`` with every int4 layer the Triton kernel takes multiplying inputs of 2 to
+    16 rows by it (forced here; the load times where each shape gains from it)."""
+    from qwen_ui.engine import triton_int4
+
+    layers = [m for m in loaded.language.model.modules() if isinstance(m, Int4Linear)]
+    for layer in layers:
+        if triton_int4.fits(layer.out_features, layer.in_features, layer.group_size):
+            copy = triton_int4.copy_of(layer)
+            assert copy is not None
+            words, plan = copy
+            layer.keep_rows_kernel(words, plan.args(), 2, triton_int4.MAX_ROWS)
+    assert any(layer.rows_from for layer in layers), "no layer takes the Triton kernel"
+    try:
+        return work()
+    finally:
+        for layer in layers:
+            layer.drop_rows_kernel()
 
 
 def batch_of(
@@ -192,7 +213,7 @@ def test_graphs_are_recorded_again_when_the_cache_grows(
     assert graphs.record and graphs.buckets == [1] and 9 in out
 
 
-@pytest.mark.parametrize("step", ["eager", "graphs", "compiled", "dense"])
+@pytest.mark.parametrize("step", ["eager", "graphs", "compiled", "dense", "triton"])
 def test_a_batch_gives_each_question_its_tokens_alone(
     demo: Loaded,
     samples: list[scenes.Sample],

@@ -94,6 +94,7 @@ def _int4_mm(
     BLOCK_K: tl.constexpr,
     SPREAD: tl.constexpr,
     MAGIC: tl.constexpr,
+    HALF: tl.constexpr,
     AFTER: tl.constexpr,
     TILED: tl.constexpr,
     ATOMIC: tl.constexpr,
@@ -130,6 +131,10 @@ def _int4_mm(
             part = tl.dot(x, qb.to(x.dtype))
             total = tl.sum(x.to(tl.float32), axis=1)
             acc += part * s[None, :] + total[:, None] * (z - offset * s)[None, :]
+        elif HALF:  # dequantized in bf16 arithmetic from 128 + q's bits: no conversion at all
+            qb = (q | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            w = (qb - 136.0) * s.to(tl.bfloat16)[None, :] + z.to(tl.bfloat16)[None, :]
+            acc += tl.dot(x, w.to(x.dtype))
         else:  # the block dequantized to x's dtype first
             if MAGIC:  # the float32 whose bits are 0x4B000000 | q is 2^23 + q
                 qf = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
@@ -226,9 +231,10 @@ SCALED_WAYS = tuple(
     for convert in ("cast", "magic")
     for scale in ("before", "after")
 )
-WAYS = (*SCALED_WAYS, "pairs", "pairs-asm")
+WAYS = (*SCALED_WAYS, "spread-half-before", "pairs", "pairs-asm")
 TILED_WAYS = (
     "tiled-spread-cast-before",
+    "tiled-spread-half-before",
     "tiled-spread-magic-before",
     "tiled-pairs",
     "tiled-pairs-asm",
@@ -246,7 +252,8 @@ class Config:
     the pairs by inline PTX, else by integer ops) or, for :func:`_int4_mm`,
     ``UNPACK-CONVERT-SCALE``: ``spread`` loads each word once (``gather`` once per row of
     ``k`` it holds); ``magic`` makes nibbles floats by their bits (``cast`` by
-    conversion); ``after`` applies the scales after the product (``before`` before).
+    conversion; ``half`` by their bits as bf16, dequantized in bf16 arithmetic, with
+    ``before`` only); ``after`` applies the scales after the product (``before`` before).
     ``tiled-WAY``: the weight in :func:`tile`'s layout (``spread`` and ``pairs`` only)."""
 
     split_k: int
@@ -314,6 +321,7 @@ def int4_mm(
             BLOCK_K=c.block_k,
             SPREAD=unpack == "spread",
             MAGIC=convert == "magic",
+            HALF=convert == "half",
             AFTER=scale == "after",
             TILED=tiled,
             ATOMIC=atomic,

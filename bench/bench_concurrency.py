@@ -73,6 +73,7 @@ class UserRun:
     tokens: list[float] = field(default_factory=list)  # one stamp per new token
     outcome: str = "?"
     end: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)  # the done event's timings, s
 
 
 # --- figures -------------------------------------------------------------------------
@@ -88,7 +89,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def figures(runs: list[UserRun]) -> dict[str, Any]:
-    """Aggregate decode tok/s, TTFT p50/p95 and inter-token p95 (ms) of one run."""
+    """Aggregate decode tok/s, TTFT p50/p95, inter-token p95 (ms) and the median of each
+    stage the engine timed (its done event's ``timings``, ms) of one run."""
     answered = [r for r in runs if r.tokens]
     ttft = [(r.tokens[0] - r.arrival) * 1000 for r in answered]
     gaps = [(b - a) * 1000 for r in answered for a, b in zip(r.tokens, r.tokens[1:], strict=False)]
@@ -99,6 +101,11 @@ def figures(runs: list[UserRun]) -> dict[str, Any]:
     outcomes: dict[str, int] = {}
     for r in runs:
         outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    names = sorted({name for r in runs for name in r.stages})
+    stages = {
+        name: _round(percentile([r.stages[name] * 1000 for r in runs if name in r.stages], 50))
+        for name in names
+    }
     return {
         "users": len(runs),
         "images": sum(r.images for r in runs),
@@ -107,6 +114,7 @@ def figures(runs: list[UserRun]) -> dict[str, Any]:
         "ttft_ms_p50": _round(percentile(ttft, 50)),
         "ttft_ms_p95": _round(percentile(ttft, 95)),
         "inter_token_ms_p95": _round(percentile(gaps, 95)),
+        "stages_ms_p50": stages,  # where the first token's wait went, per the engine
         "outcomes": outcomes,
     }
 
@@ -195,6 +203,7 @@ async def _ask(engine: Engine, run: UserRun, request: AskRequest) -> None:
             run.tokens.extend([now] * (event.count - len(run.tokens)))  # count: so far
         elif isinstance(event, Done):
             run.outcome = "done"
+            run.stages = dict(event.timings)
         elif isinstance(event, Failed):
             run.outcome = event.code
     run.end = time.perf_counter()

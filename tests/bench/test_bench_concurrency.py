@@ -57,6 +57,7 @@ def test_tiny_cpu_run_reports_every_figure(
         assert 1 <= run["images"] / run["users"] <= 3
         assert run["new_tokens"] <= 4 * run["users"]
         assert run["ttft_ms_p50"] > 0 and run["ttft_ms_p95"] >= run["ttft_ms_p50"]
+        assert {"encoding", "prefill", "ttft"} <= set(run["stages_ms_p50"]), run
         assert run["peak_gib"] > 0 and run["cuda_ooms"] == 0
     stock = result["stock_generate_bf16_static"]
     assert isinstance(stock, list)
@@ -130,8 +131,12 @@ def test_figures_and_arrivals() -> None:
     assert arrivals(3, "together", 1.0, random.Random(0)) == [0.0, 0.0, 0.0]
     stream = arrivals(50, "poisson", 10.0, random.Random(0))
     assert stream[0] == 0.0 and stream == sorted(stream) and 2.0 < stream[-1] < 10.0
-    runs = [UserRun(0.0, 1, [0.1, 0.2, 0.3], "done"), UserRun(0.0, 2, [0.5, 0.6], "done")]
+    runs = [
+        UserRun(0.0, 1, [0.1, 0.2, 0.3], "done", stages={"prefill": 0.05, "ttft": 0.1}),
+        UserRun(0.0, 2, [0.5, 0.6], "done", stages={"prefill": 0.2, "ttft": 0.5}),
+    ]
     out = figures(runs)
+    assert out["stages_ms_p50"] == {"prefill": 50.0, "ttft": 100.0}
     assert out["new_tokens"] == 5 and out["aggregate_tok_s"] == 10.0  # 5 tokens in 0.5 s
     assert out["ttft_ms_p95"] == 500.0 and out["inter_token_ms_p95"] == pytest.approx(100.0)
     assert out["outcomes"] == {"done": 2} and out["images"] == 3

@@ -1,0 +1,24 @@
+"""``bench/int4_sass.py`` compiles the engine's int4 kernel for the H200 on this machine
+(Triton's own ptxas, no GPU) and counts its instructions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.bench.support import load_script
+
+
+def test_the_kernel_compiles_for_sm90_and_is_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_script("int4_sass").main(["--block-n", "64", "--top", "40"]) == 0
+    configs = json.loads(capsys.readouterr().out)["configs"]
+    assert set(configs) == {"n64-s3-whole", "n64-s3-split"}
+    for config in configs.values():
+        # the tensor cores multiply (16 x 8 x 16 bf16 tiles); each weight is dequantized
+        assert config["opcodes"]["HMMA"] > 0 and config["opcodes"]["FFMA"] > 0
+        assert config["total"] >= sum(config["opcodes"].values())
+        assert 0 < config["registers"] <= 255
+    # only the split's partial sums are added atomically
+    assert "ATOMG" in configs["n64-s3-split"]["opcodes"]
+    assert "ATOMG" not in configs["n64-s3-whole"]["opcodes"]

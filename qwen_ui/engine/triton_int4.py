@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 MAX_ROWS = 16  # the kernel's row tile: inputs of more rows take another path
 BLOCK_K = 128  # inner-dimension step; the group size must be a multiple of it
-ROWS = (2, 4, 8, 16)  # row counts timed per layer shape
+ROWS = (1, 2, 4, 8, 16)  # row counts timed per layer shape
 
 
 @dataclass(frozen=True)

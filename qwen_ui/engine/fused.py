@@ -126,7 +126,10 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
     (``q_norm``, ``k_norm``) apply before the rotary embedding, as in its stock forward."""
     family = sys.modules[type(attn).__module__]  # the functions the stock forward calls
     eager = family.eager_attention_forward
-    attn.rotary = family.apply_rotary_pos_emb  # a compiled one may replace it (prefill.py)
+    rotary = family.apply_rotary_pos_emb  # a compiled one may replace it (prefill.py)
+    # transformers 5.25 with `kernels` wraps it in a module, which assigning here would
+    # register as a child module: keep a plain callable either way
+    attn.rotary = rotary.forward if isinstance(rotary, nn.Module) else rotary
     functions = family.ALL_ATTENTION_FUNCTIONS
     q_norm, k_norm = _head_norms(attn)
     sliding_window = getattr(attn, "sliding_window", None)  # Qwen3-VL's has none

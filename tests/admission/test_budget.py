@@ -30,6 +30,7 @@ from tests.admission.test_estimate import QWEN3_8B, QWEN25_7B
 MiB = 1024 * 1024
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")  # only named: nothing here touches a GPU
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 GiB = 1024 * MiB
 GEOMETRY = Geometry(14, 2, 2, 3136, 1_003_520)
 
@@ -97,13 +98,7 @@ def test_dense_copies_count_with_the_weights_until_measured(tmp_path: Path) -> N
     shape = model_shape(config, torch.bfloat16)
     on = settings(tmp_path, vram_budget=60 * GiB, static_cache_pool_bytes=0)
     where = replace(placement(on, CUDA), dense_limit=15 * GiB)
-    config.quantization_config = {
-        "quant_method": "awq",
-        "bits": 4,
-        "group_size": 128,
-        "zero_point": True,
-        "version": "gemm",
-    }
+    config.quantization_config = AWQ
     copies = dense_copies(config, where)
     assert copies == 2 * 28 * (3584 * (3584 + 2 * 512) + 3584 * 3584 + 3 * 3584 * 18944)
     facts = ModelFacts("s", shape, GEOMETRY, 5 * GiB, copies)
@@ -122,13 +117,7 @@ def test_triton_copies_count_with_the_weights_where_batches_run_on_cuda(tmp_path
     at a time, the CPU or the setting off keep none."""
     config = Qwen2_5_VLConfig(**QWEN25_7B)
     plain = Qwen2_5_VLConfig(**QWEN25_7B)
-    config.quantization_config = {
-        "quant_method": "awq",
-        "bits": 4,
-        "group_size": 128,
-        "zero_point": True,
-        "version": "gemm",
-    }
+    config.quantization_config = AWQ
     batching = settings(tmp_path, max_batch=8)
     where = placement(batching, CUDA)
     assert where.triton_int4

@@ -241,9 +241,8 @@ class Int4Linear(nn.Module):
         shape = x.shape
         rows = x.numel() // self.in_features
         if self.rows_from and self.rows_from <= rows <= self.rows_to:
-            flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
             words, sz, group = self.rows_words, self.scales_and_zeros, self.group_size
-            out = torch.ops.qwen_ui.int4_rows(flat, words, sz, group, *self.rows_plan)
+            out = torch.ops.qwen_ui.int4_rows(self._flat(x), words, sz, group, *self.rows_plan)
             return self._finish(out.to(x.dtype), shape)
         if self.dense_rows and rows >= self.dense_rows:
             # the input rounded to bf16 as the kernel takes it
@@ -253,7 +252,7 @@ class Int4Linear(nn.Module):
             # dtype (bf16 on CUDA, float32 on the CPU)
             weight = self.dequantized_weight(x.dtype)
             return nn.functional.linear(x.to(KERNEL_DTYPE).to(x.dtype), weight, self.bias)
-        flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
+        flat = self._flat(x)
         if flat.is_cuda:
             out = torch._weight_int4pack_mm(
                 flat, self.packed, self.group_size, self.scales_and_zeros
@@ -263,6 +262,10 @@ class Int4Linear(nn.Module):
                 flat, self.packed, self.group_size, self.scales_and_zeros
             )
         return self._finish(out.to(x.dtype), shape)
+
+    def _flat(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as the int4 kernels take it: ``[rows, in]``, bf16, contiguous."""
+        return x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
 
     def _finish(self, out: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         """The kernels' ``[rows, out]`` with the bias added, in the input's shape."""

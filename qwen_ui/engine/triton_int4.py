@@ -157,13 +157,7 @@ def int4_rows(
 
 @int4_rows.register_kernel("cpu")  # type: ignore[misc]
 def _int4_rows_cpu(
-    x: torch.Tensor,
-    words: torch.Tensor,
-    scales_and_zeros: torch.Tensor,
-    group: int,
-    split_k: int,
-    block_n: int,
-    stages: int,
+    x: torch.Tensor, words: torch.Tensor, scales_and_zeros: torch.Tensor, group: int, *_: int
 ) -> torch.Tensor:
     sz = scales_and_zeros.float().repeat_interleave(group, dim=0)  # [k, n, 2]
     weight = (untile(words).t().float() - 8.0) * sz[..., 0] + sz[..., 1]  # [k, n]
@@ -210,15 +204,9 @@ def launch(
 
 @int4_rows.register_fake  # type: ignore[misc]
 def _int4_rows_shape(
-    x: torch.Tensor,
-    words: torch.Tensor,
-    scales_and_zeros: torch.Tensor,
-    group: int,
-    split_k: int,
-    block_n: int,
-    stages: int,
+    x: torch.Tensor, words: torch.Tensor, sz: torch.Tensor, *_: int
 ) -> torch.Tensor:
-    return x.new_empty(x.shape[0], scales_and_zeros.shape[1])
+    return x.new_empty(x.shape[0], sz.shape[1])
 
 
 def keep_copies(model: nn.Module) -> int:

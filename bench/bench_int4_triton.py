@@ -231,6 +231,77 @@ def _int4_mm_pairs(
         tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _nibble_floats(words, shift: tl.constexpr, MAGIC: tl.constexpr):
+    """Nibble ``shift / 4`` of every word as a float32 ``q - 8``."""
+    q = (words >> shift) & 0xF
+    if MAGIC:  # the float32 whose bits are 0x4B000000 | q is 2^23 + q
+        return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+    return q.to(tl.float32) - 8.0
+
+
+@triton.jit(do_not_specialize=["m"])
+def _int4_mm_joined(
+    x_ptr,
+    w_ptr,
+    sz_ptr,
+    out_ptr,
+    m,
+    n,
+    k,
+    k_per_split,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    MAGIC: tl.constexpr,
+    TILED: tl.constexpr,
+    ATOMIC: tl.constexpr,
+):
+    """The transposed product ``W x^T`` (``[BLOCK_N, BLOCK_M]`` per program): the
+    dequantized weight is ``tl.dot``'s left operand, ``[BLOCK_N, BLOCK_K]`` with ``k``
+    contiguous. Each word's eight nibbles are dequantized apart and joined (``tl.join``
+    keeps a joined axis in one thread) in ``k``'s order, so a thread holds eight
+    consecutive ``k`` of one column: the block goes to shared memory in 16-byte stores,
+    where the ``spread`` ways store it one weight at a time (``bench/int4_sass.py``)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows[:, None] < m
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    start = pid_k * k_per_split
+    for k0 in range(start, tl.minimum(start + k_per_split, k), BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=row_ok, other=0.0)
+        words = tl.trans(_block_words(w_ptr, k0, k, n, pid_n, BLOCK_K, BLOCK_N, TILED))
+        g = k0 // GROUP
+        s = tl.load(sz_ptr + (g * n + cols) * 2, mask=col_ok, other=0.0).to(tl.float32)
+        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=col_ok, other=0.0).to(tl.float32)
+        s, z = s[:, None], z[:, None]
+        w0 = _nibble_floats(words, 0, MAGIC) * s + z
+        w1 = _nibble_floats(words, 4, MAGIC) * s + z
+        w2 = _nibble_floats(words, 8, MAGIC) * s + z
+        w3 = _nibble_floats(words, 12, MAGIC) * s + z
+        w4 = _nibble_floats(words, 16, MAGIC) * s + z
+        w5 = _nibble_floats(words, 20, MAGIC) * s + z
+        w6 = _nibble_floats(words, 24, MAGIC) * s + z
+        w7 = _nibble_floats(words, 28, MAGIC) * s + z
+        # the last join varies fastest: nibble 4 a + 2 b + c at [.., a, b, c]
+        joined = tl.join(
+            tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7))
+        )
+        w = tl.reshape(joined, (BLOCK_N, BLOCK_K))
+        acc += tl.dot(w.to(x.dtype), tl.trans(x))
+    at = rows[None, :] * n + cols[:, None]
+    mask = (rows[None, :] < m) & col_ok[:, None]
+    if ATOMIC:
+        tl.atomic_add(out_ptr + at, acc, mask=mask)
+    else:
+        tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 def tile(packed: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:
     """:func:`pack`'s ``[k / 8, n]`` → ``[n / block_n, k / block_k, block_k / 8, block_n]``:
     each program's block of words contiguous, its blocks along ``k`` one after another."""
@@ -246,8 +317,11 @@ SCALED_WAYS = tuple(
     for convert in ("cast", "magic")
     for scale in ("before", "after")
 )
-WAYS = (*SCALED_WAYS, "spread-half-before", "pairs", "pairs-asm")
+JOINED_WAYS = ("joined-cast", "joined-magic")
+WAYS = (*SCALED_WAYS, "spread-half-before", "pairs", "pairs-asm", *JOINED_WAYS)
 TILED_WAYS = (
+    "tiled-joined-cast",
+    "tiled-joined-magic",
     "tiled-spread-cast-before",
     "tiled-spread-half-before",
     "tiled-spread-magic-before",
@@ -269,7 +343,10 @@ class Config:
     ``k`` it holds); ``magic`` makes nibbles floats by their bits (``cast`` by
     conversion; ``half`` by their bits as bf16, dequantized in bf16 arithmetic, with
     ``before`` only); ``after`` applies the scales after the product (``before`` before).
-    ``tiled-WAY``: the weight in :func:`tile`'s layout (``spread`` and ``pairs`` only)."""
+    ``joined-CONVERT`` (:func:`_int4_mm_joined`): the transposed product, ``cast`` or
+    ``magic`` as above, scales before.
+    ``tiled-WAY``: the weight in :func:`tile`'s layout (``spread``, ``pairs`` and
+    ``joined`` only)."""
 
     split_k: int
     block_n: int
@@ -322,6 +399,18 @@ def int4_mm(
             BLOCK_N=c.block_n,
             GROUP=group,
             ASM=way == "pairs-asm",
+            TILED=tiled,
+            ATOMIC=atomic,
+            **launch,
+        )
+    elif way.startswith("joined"):
+        _int4_mm_joined[grid](
+            *args,
+            GROUP=group,
+            BLOCK_M=16,
+            BLOCK_N=c.block_n,
+            BLOCK_K=c.block_k,
+            MAGIC=way == "joined-magic",
             TILED=tiled,
             ATOMIC=atomic,
             **launch,
@@ -482,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--ways",
         type=lambda t: t.split(","),
-        default=[*TILED_WAYS[:2], "tiled-pairs", "tiled-pairs-asm"],
+        default=["tiled-joined-cast", "tiled-joined-magic", "tiled-spread-cast-before"],
         help=f"of {','.join((*WAYS, *TILED_WAYS))}",
     )
     p.add_argument("--iters", type=int, default=50)

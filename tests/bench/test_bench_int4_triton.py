@@ -23,7 +23,16 @@ def test_every_config_matches_the_dequantized_weight() -> None:
     grid += ["--warps", "4", "--stages", "3"]
     # the *-asm ways are PTX, which the interpreter does not run
     # (half takes a bf16 constant, which the interpreter lacks: measured on the GPU only)
-    ways = ",".join((*script.SCALED_WAYS, "pairs", "tiled-pairs", "tiled-spread-cast-before"))
+    ways = ",".join(
+        (
+            *script.SCALED_WAYS,
+            *script.JOINED_WAYS,
+            "pairs",
+            "tiled-pairs",
+            "tiled-joined-magic",
+            "tiled-spread-cast-before",
+        )
+    )
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_int4_triton.py"), *argv, *grid, "--ways", ways],
         env={**os.environ, "TRITON_INTERPRET": "1"},
@@ -34,8 +43,8 @@ def test_every_config_matches_the_dequantized_weight() -> None:
     )
     shape = json.loads(done.stdout)["shapes"]["64x640"]
     probed = shape["probe"]["5"]
-    # nine ways of any block x 2 blocks x 2 splits; the pairs only with the group-deep block
-    assert len(probed) == 9 * 2 * 2 + 2 * 2
+    # twelve ways of any block x 2 blocks x 2 splits; the pairs only with the group-deep block
+    assert len(probed) == 12 * 2 * 2 + 2 * 2
     # float32 in the interpreter; scaling after the product subtracts 136 s sum(x) from
     # the magic nibbles' product (and pairs'), which costs a few bits of float32
     assert all(r["max_rel_diff"] < 2e-5 for r in probed.values()), probed

@@ -30,7 +30,12 @@ from _checkpoints import model_config
 from qwen_ui.engine import vision
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL's published processor limits
-SETS = {"1x1024x768": [(1024, 768)], "3x1024x768": [(1024, 768)] * 3, "1x448x448": [(448, 448)]}
+SETS = {
+    "1x1024x768": [(1024, 768)],
+    "3x1024x768": [(1024, 768)] * 3,
+    "8x1024x768": [(1024, 768)] * 8,
+    "1x448x448": [(448, 448)],
+}
 
 
 def grid_of(width: int, height: int) -> tuple[int, int, int]:

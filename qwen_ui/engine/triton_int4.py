@@ -4,7 +4,8 @@ torch's int4 kernel (``_weight_int4pack_mm``) is fastest for one row, but its ti
 with the rows: a decode step of 8 or 16 sequences spends most of its time there. This
 kernel reads each weight once for up to :data:`MAX_ROWS` rows: every program takes a
 block of the output's columns and a share of the inner dimension (added atomically when
-shared), unpacks its block's nibbles, dequantizes them and multiplies with ``tl.dot``.
+shared), unpacks its block's nibbles, dequantizes them and multiplies with ``tl.dot``
+(the transposed product, the weight as the left operand).
 
 It reads its own copy of the weight (:func:`pack` then :func:`tile`: each program's
 words contiguous), half a byte per weight beside torch's packed one. At load,
@@ -66,6 +67,12 @@ def fits(n: int, k: int, group: int) -> bool:
     return group % BLOCK_K == 0 and k % group == 0 and n % plan_for(n, k).block_n == 0
 
 
+@triton.jit  # type: ignore[untyped-decorator]
+def _nibble(words, shift: tl.constexpr, s, z):  # type: ignore[no-untyped-def]
+    """Nibble ``shift / 4`` of every word, dequantized in float32."""
+    return (((words >> shift) & 0xF).to(tl.float32) - 8.0) * s + z
+
+
 @triton.jit(do_not_specialize=["m"])  # type: ignore[untyped-decorator]
 def _int4_rows(  # type: ignore[no-untyped-def]
     x_ptr,
@@ -82,30 +89,42 @@ def _int4_rows(  # type: ignore[no-untyped-def]
     BLOCK_K: tl.constexpr,
     ATOMIC: tl.constexpr,
 ):
+    # the transposed product W x^T: the dequantized block is tl.dot's left operand, k
+    # contiguous; each word's nibbles are dequantized apart and joined in k's order
+    # (tl.join keeps a joined axis in one thread), so a thread holds 8 consecutive k of
+    # a column and the block goes to shared memory in 16-byte stores
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
-    row_ok = rows[:, None] < m
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     word_rows = tl.arange(0, BLOCK_K // 8)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     start = pid_k * k_per_split
     for k0 in range(start, tl.minimum(start + k_per_split, k), BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=row_ok, other=0.0)
+        x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=rows[:, None] < m, other=0.0)
         first = ((pid_n * (k // BLOCK_K) + k0 // BLOCK_K) * (BLOCK_K // 8)) * BLOCK_N
         words = tl.load(
             w_ptr + first + word_rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         )
-        # nibble j of word w is row 8 w + j of the block
-        nibbles = (words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF
-        q = tl.reshape(nibbles, (BLOCK_K, BLOCK_N))
+        words = tl.trans(words)  # [BLOCK_N, BLOCK_K / 8]
         g = k0 // GROUP
-        s = tl.load(sz_ptr + (g * n + cols) * 2).to(tl.float32)
-        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1).to(tl.float32)
-        w = (q.to(tl.float32) - 8.0) * s[None, :] + z[None, :]
-        acc += tl.dot(x, w.to(x.dtype))
-    at = rows[:, None] * n + cols[None, :]
+        s = tl.load(sz_ptr + (g * n + cols) * 2).to(tl.float32)[:, None]
+        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1).to(tl.float32)[:, None]
+        # nibble 4 a + 2 b + c of a word at [.., a, b, c]: the last join varies fastest
+        w = tl.join(
+            tl.join(
+                tl.join(_nibble(words, 0, s, z), _nibble(words, 16, s, z)),
+                tl.join(_nibble(words, 8, s, z), _nibble(words, 24, s, z)),
+            ),
+            tl.join(
+                tl.join(_nibble(words, 4, s, z), _nibble(words, 20, s, z)),
+                tl.join(_nibble(words, 12, s, z), _nibble(words, 28, s, z)),
+            ),
+        )
+        acc += tl.dot(tl.reshape(w, (BLOCK_N, BLOCK_K)).to(x.dtype), tl.trans(x))
+    at = rows[None, :] * n + cols[:, None]
+    row_ok = rows[None, :] < m
     if ATOMIC:
         tl.atomic_add(out_ptr + at, acc, mask=row_ok)
     else:

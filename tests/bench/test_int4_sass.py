@@ -11,12 +11,15 @@ from tests.bench.support import load_script
 
 
 def test_the_kernel_compiles_for_sm90_and_is_counted(capsys: pytest.CaptureFixture[str]) -> None:
-    assert load_script("int4_sass").main(["--block-n", "64", "--top", "40"]) == 0
+    assert load_script("int4_sass").main(["--block-n", "64", "--top", "80"]) == 0
     configs = json.loads(capsys.readouterr().out)["configs"]
     assert set(configs) == {"n64-s3-whole", "n64-s3-split"}
     for config in configs.values():
-        # the tensor cores multiply (16 x 8 x 16 bf16 tiles); each weight is dequantized
-        assert config["opcodes"]["HMMA"] > 0 and config["opcodes"]["FFMA"] > 0
+        # Hopper's warpgroup tensor-core product; each weight is dequantized
+        assert config["opcodes"]["HGMMA"] > 0 and config["opcodes"]["FFMA"] > 0
+        # the dequantized block goes to shared memory 8 weights (16 bytes) a store
+        assert config["shared_stores"].get("STS.128", 0) > 0
+        assert "STS.U16" not in config["shared_stores"]
         assert config["total"] >= sum(config["opcodes"].values())
         assert 0 < config["registers"] <= 255
     # only the split's partial sums are added atomically

@@ -65,6 +65,7 @@ command_for() {
     batching-joined) echo "python3 bench/profile_batching.py --rows 8,16 --variants graph-compiled,graph-compiled-triton --compiled-rows 8,16 --steps 16 --workdir $W" ;;
     batching-triton) echo "python3 bench/profile_batching.py --rows 8,16 --variants graph,graph-compiled,graph-compiled-triton --compiled-rows 8,16 --steps 16 --workdir $W" ;;
     profile-nograph) echo "python3 bench/profile_decode.py --no-compile --workdir $W" ;;
+    awq-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_awq_cuda.py" ;;
     gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_decode.py tests/engine/test_awq_cuda.py" ;;
     *) return 1 ;;
     esac
@@ -73,7 +74,7 @@ command_for() {
 cap_for() {
     case $1 in
     vision | batching-dense) echo 150 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
-    gputests | qwen3-gputests | batching-gputests) echo 240 ;;
+    gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
     qwen3 | concurrency-dense-ab) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac

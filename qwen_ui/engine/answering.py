@@ -168,7 +168,8 @@ def encode_together(
             if not cached:
                 misses.append((k, i))
     images = [entrants[k].plan.images[i].image for k, i in misses]
-    new = vision.encode_many([image for image in images if image is not None])
+    parts: dict[str, float] = {}
+    new = vision.encode_many([image for image in images if image is not None], parts)
     found: list[list[Embedding | None]] = [[p.embedding for p in e.plan.images] for e in entrants]
     fresh: list[list[tuple[CacheKey, Embedding]]] = [[] for _ in entrants]
     for (k, i), embedding in zip(misses, new, strict=True):
@@ -181,6 +182,7 @@ def encode_together(
     for k, entrant in enumerate(entrants):
         if entrant.plan.images:
             entrant.timings["encoding"] = elapsed
+            entrant.timings.update(parts)
         out.append(([e for e in found[k] if e is not None], fresh[k]))
     return out
 

@@ -36,7 +36,7 @@ from qwen_ui.engine.shapes import TextShape, quantized_weights
 log = logging.getLogger(__name__)
 
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # row counts timed per layer shape
-REPEATS = 9  # timed calls per path and row count (their median counts)
+REPEATS = 9  # calls per path and row count in each timed graph
 FLUSH_BYTES = 256 << 20  # written before each timed call: more than any L2 cache
 MATCH = 2e-2  # the most relative error allowed between the copy's and the kernel's output
 COPY_ITEM = KERNEL_DTYPE.itemsize  # bytes per weight of a copy
@@ -170,17 +170,32 @@ def _measure(layer: Int4Linear, weight: torch.Tensor, flush: torch.Tensor) -> in
 
 
 def time_ms(call: Callable[[], object], flush: torch.Tensor) -> float:
-    """The median of ``REPEATS`` timed calls, each after the L2 cache is overwritten (a
-    decode step reads every weight from device memory)."""
-    call()  # warm-up: the kernel's first call selects its configuration
-    pairs = []
-    for _ in range(REPEATS):
-        flush.zero_()
+    """Milliseconds per call as a recorded decode step runs it: ``REPEATS`` calls, each
+    after the L2 cache is overwritten (a step reads every weight from device memory),
+    recorded in one CUDA graph and replayed, less a graph of the overwrites alone. Timed
+    call by call from Python, a short kernel's launch would be counted as well, and a
+    step replayed from its graph launches nothing."""
+    call()  # warm-up: the kernel's first call selects its configuration (or compiles)
+    torch.cuda.synchronize()
+    both = _replayed_ms(lambda: (flush.zero_(), call()))
+    alone = _replayed_ms(flush.zero_)
+    return max(both - alone, 0.0) / REPEATS
+
+
+def _replayed_ms(work: Callable[[], object]) -> float:
+    """The median of three replays of a graph of ``REPEATS`` calls of ``work``, in ms."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPEATS):
+            work()
+    graph.replay()
+    times = []
+    for _ in range(3):
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
-        call()
+        graph.replay()
         end.record()
-        pairs.append((start, end))
-    torch.cuda.synchronize()
-    return float(statistics.median(s.elapsed_time(e) for s, e in pairs))
+        end.synchronize()  # type: ignore[no-untyped-call]
+        times.append(start.elapsed_time(end))
+    return float(statistics.median(times))

@@ -692,6 +692,7 @@ class Engine:
         embeddings: list[Embedding] = []
         fresh: list[tuple[CacheKey, Embedding]] = []
         t0 = time.perf_counter()
+        patches = 0.0
         total = plan.total_images or len(plan.images)
         for i, item in enumerate(plan.images):
             number = item.number or i + 1
@@ -699,7 +700,9 @@ class Engine:
             embedding = item.embedding
             if embedding is None:
                 assert item.image is not None
-                embedding = vision.encode(item.image)
+                parts: dict[str, float] = {}
+                embedding = vision.encode_many([item.image], parts)[0]
+                patches += parts["patches"]
                 self.cache.put_memory(item.key, embedding)
                 fresh.append((item.key, embedding))
             embeddings.append(embedding)
@@ -707,6 +710,8 @@ class Engine:
                 return None
         if total:
             timings["encoding"] = round(time.perf_counter() - t0, 4)
+        if fresh:
+            timings["patches"] = round(patches, 4)
         return embeddings, fresh
 
 

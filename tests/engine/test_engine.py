@@ -62,6 +62,7 @@ async def test_three_images_stream_stages_in_order_then_the_answer(engine: Engin
     assert progress == sorted(progress) and progress[-1] == 1.0
     assert done.images == 3 and done.cache_hits == 0 and done.prompt_tokens > 0
     assert {"ttft", "prefill", "decode", "encoding", "loading_model", "total"} <= set(done.timings)
+    assert 0 < done.timings["patches"] <= done.timings["encoding"]  # part of encoding
     assert status.state is EngineState.READY and status.is_ready
 
 

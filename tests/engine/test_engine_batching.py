@@ -84,6 +84,8 @@ async def test_requests_asked_together_decode_together_as_they_would_alone(
         assert done.answer == want.answer and done.completion_tokens == want.completion_tokens
         assert done.finish_reason == want.finish_reason
         assert {"ttft", "prefill", "decode", "encoding"} <= set(done.timings)
+        if done.cache_hits < done.images:  # encoded here: making the patches was timed too
+            assert 0 < done.timings["patches"] <= done.timings["encoding"]
 
 
 async def test_a_client_leaving_cancels_only_its_own_sequence(

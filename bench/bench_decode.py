@@ -111,16 +111,21 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * size * reps / seconds
 
 
+ROW_COPIES = ("rows_words", "dense")  # Int4Linear's copies for a batch's rows
+
+
 def decode_bytes(model: Any) -> int:
-    """Bytes one decode step reads: the decoder's tensors as stored (not the vision tower,
-    not the AWQ copies kept for the dequantized prefill), with one row of the embedding
-    table instead of the whole table (unless it is also the LM head)."""
+    """Bytes one decode step of one row reads: the decoder's tensors as stored (not the
+    vision tower, not the AWQ copies kept for the dequantized prefill, not the copies
+    for a batch's rows: the Triton kernel's words and dense weights), with one row of the
+    embedding table instead of the whole table (unless it is also the LM head)."""
     total = 0
     embed = model.get_input_embeddings().weight
     seen: set[int] = set()
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        kept_for_prefill = name.rpartition(".")[2].startswith("awq_")  # not read by decode
-        if ".visual." in f".{name}" or id(tensor) in seen or kept_for_prefill:
+        leaf = name.rpartition(".")[2]
+        not_read = leaf.startswith("awq_") or leaf in ROW_COPIES  # by a one-row step
+        if ".visual." in f".{name}" or id(tensor) in seen or not_read:
             continue
         seen.add(id(tensor))
         if tensor is embed:

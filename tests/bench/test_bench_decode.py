@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_decode.py"
 
@@ -79,3 +80,31 @@ def test_an_unknown_architecture_is_refused() -> None:
     with pytest.raises(SystemExit):
         bench.parse(["--arch", "tiny,qwen9"])
     assert bench.parse(["--arch", "qwen3-8b"]).arch == ["qwen3-8b"]
+
+
+def test_decode_bytes_leave_out_what_one_row_does_not_read() -> None:
+    bench = load_bench()
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("packed", torch.zeros(100, dtype=torch.uint8))
+            self.register_buffer("awq_qweight", torch.zeros(10, dtype=torch.uint8))
+            self.register_buffer("rows_words", torch.zeros(20, dtype=torch.uint8))
+            self.register_buffer("dense", torch.zeros(40, dtype=torch.uint8))
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(8, 4)  # float32: 16 bytes a row
+            self.layer = Layer()
+            self.head = torch.nn.Linear(4, 8, bias=False)  # 128 bytes
+
+        def get_input_embeddings(self) -> torch.nn.Embedding:
+            return self.embed
+
+        def get_output_embeddings(self) -> torch.nn.Linear:
+            return self.head
+
+    # the packed weight, one embedding row and the head; not the copies
+    assert bench.decode_bytes(Model()) == 100 + 16 + 128

@@ -7,7 +7,10 @@ soon as it starts, then asks the engine a 1-image question of its own (a drawn
 compiles the dequantized prefill's kernels, records the prefill graph of its length bucket
 and compiles the decode step for its cache length, so no user's question pays for them.
 A worker that batches questions (``max_batch`` > 1) gets the question 1, 2, 4, ... at
-once, up to ``max_batch``, so that the decode step of each batch-size bucket is recorded.
+once, up to ``max_batch``, so that the decode step of each batch-size bucket is recorded;
+every question has a picture of its own (the shapes moved a little), so each round's
+newcomers also go through the vision tower together, as a class's first questions do,
+and the device memory that takes is set aside before the first user asks.
 The engine status reads ``warming`` meanwhile; ``/readyz`` turns ready when the warm-up has
 answered; ``/healthz`` answers throughout. A warm-up that fails (a typed error) is logged
 and leaves readiness to the first real answer.
@@ -32,12 +35,14 @@ WARM_UP_SIZE = (1024, 768)
 WARM_UP_QUESTION = "What shapes are in this picture, and what colour is each?"
 
 
-def warm_up_image(size: tuple[int, int] = WARM_UP_SIZE) -> bytes:
-    """A PNG of a few coloured shapes on a grey ground, drawn here (nothing fetched)."""
+def warm_up_image(size: tuple[int, int] = WARM_UP_SIZE, variant: int = 0) -> bytes:
+    """A PNG of a few coloured shapes on a grey ground, drawn here (nothing fetched);
+    each ``variant`` moves the rectangle's right edge, so no two are the same picture."""
     width, height = size
     image = Image.new("RGB", size, (200, 200, 200))
     draw = ImageDraw.Draw(image)
-    draw.rectangle((width // 10, height // 8, width // 3, height // 2), fill=(220, 40, 40))
+    right = width // 3 + variant % (width // 8)
+    draw.rectangle((width // 10, height // 8, right, height // 2), fill=(220, 40, 40))
     draw.ellipse((width // 2, height // 4, 4 * width // 5, 3 * height // 4), fill=(40, 80, 220))
     draw.polygon(
         [
@@ -52,12 +57,13 @@ def warm_up_image(size: tuple[int, int] = WARM_UP_SIZE) -> bytes:
     return buffer.getvalue()
 
 
-def warm_up_request(max_new_tokens: int) -> AskRequest:
-    """The warm-up question: stateless (no conversation is stored), greedy."""
+def warm_up_request(max_new_tokens: int, variant: int = 0) -> AskRequest:
+    """The warm-up question about picture ``variant``: stateless (no conversation is
+    stored), greedy."""
     return AskRequest(
         tenant=WARM_UP_TENANT,
         question=WARM_UP_QUESTION,
-        images=[warm_up_image()],
+        images=[warm_up_image(variant=variant)],
         options=AskOptions(max_new_tokens=max_new_tokens, temperature=0.0),
         history=(),
         request_id="warm-up",
@@ -89,9 +95,11 @@ async def start_up(engine: Engine) -> Event | None:
     engine.status.warming()
     t0 = time.perf_counter()
     last: Event | None = None
+    asked = 0
     try:
         for size in warm_up_rounds(batch_limit(engine)):
-            ends = await asyncio.gather(*(_answer(engine) for _ in range(size)))
+            ends = await asyncio.gather(*(_answer(engine, asked + i) for i in range(size)))
+            asked += size
             last = next((e for e in ends if not isinstance(e, Done)), ends[-1])
             if not isinstance(last, Done):
                 break
@@ -111,9 +119,9 @@ async def start_up(engine: Engine) -> Event | None:
     return last
 
 
-async def _answer(engine: Engine) -> Event | None:
+async def _answer(engine: Engine, variant: int) -> Event | None:
     """One warm-up question's last event."""
     last: Event | None = None
-    async for event in engine.ask(warm_up_request(engine.settings.max_new_tokens)):
+    async for event in engine.ask(warm_up_request(engine.settings.max_new_tokens, variant)):
         last = event
     return last

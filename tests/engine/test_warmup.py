@@ -50,6 +50,13 @@ def test_warm_up_question_is_a_drawn_1024x768_picture() -> None:
     assert request.options.temperature == 0.0 and len(request.images) == 1
 
 
+def test_each_warm_up_question_has_a_picture_of_its_own() -> None:
+    pictures = {warm_up_image(variant=v) for v in range(64)}
+    assert len(pictures) == 64  # a round's questions are encoded, not cache hits
+    sizes = {Image.open(io.BytesIO(p)).size for p in pictures}
+    assert sizes == {WARM_UP_SIZE}  # the same prompt length: one compiled cache length
+
+
 async def test_start_up_loads_warms_up_then_is_ready(
     tmp_path: Path, tiny_store: ModelStore
 ) -> None:
@@ -61,6 +68,7 @@ async def test_start_up_loads_warms_up_then_is_ready(
         questions = sum(warm_up_rounds(warmup.batch_limit(engine)))
         last = await start_up(engine)
         assert isinstance(last, Done) and last.images == 1 and last.completion_tokens >= 1
+        assert last.cache_hits == 0  # its picture went through the tower with its round's
         assert status.moves == [
             EngineState.LOADING,
             EngineState.READY,  # loaded; not ready for /readyz: nothing answered yet

@@ -203,6 +203,15 @@ class Settings(BaseSettings):
         "pause for at most that much prefill while newcomers wait longer for their first "
         "token. 0 = each prefill in one pass.",
     )
+    batch_join_wait_ms: int = Field(
+        50,
+        ge=0,
+        le=1000,
+        description="With max_batch > 1: while other questions are still being checked "
+        "and planned, newcomers wait for them up to this many milliseconds before joining "
+        "the batch, so that questions asked together are encoded and prefilled together; "
+        "a question with no other on its way joins at once. 0 = no wait.",
+    )
     static_cache_pool_bytes: int = Field(
         1024 * MiB,
         ge=0,

@@ -10,6 +10,10 @@ one decode step runs over every running sequence in one forward call. A step's t
 reach their callbacks while the next step runs. A sequence leaves when it meets a stop
 token, its token cap or its cancellation, or fails, and its slot is reused at the next
 boundary. The running sequences stall for at most one boundary's prefill (chunk).
+Questions asked together reach the batch a few milliseconds apart (each is checked and
+planned on its own); while :class:`Arrivals` counts some still on their way, the
+newcomers already waiting are held for them up to ``join_wait_s``, so that all are
+encoded and prefilled in one join rather than the first alone and the rest after it.
 
 Everything a request's decoding owns lives in its :class:`Sequence`: its positions and
 multimodal rope offset, its sampling options and ``torch.Generator``, its stop tokens and
@@ -19,8 +23,11 @@ alone (``tests/engine/test_batching.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -40,6 +47,40 @@ from qwen_ui.engine.generate import (
 from qwen_ui.engine.slots import SlotCache, step_mask
 
 log = logging.getLogger(__name__)
+
+HOLD_POLL_S = 0.001  # an idle batch holding its newcomers looks again this often
+
+
+class Arrivals:
+    """How many questions are on their way to the batch: counted from when the engine
+    starts checking one until it is handed to the worker (or fails before)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    @property
+    def coming(self) -> int:
+        return self._count
+
+    @contextlib.contextmanager
+    def expected(self) -> Iterator[Callable[[], None]]:
+        """Count one question while the block runs; the callable it yields stops counting
+        it earlier (once it has reached the worker)."""
+        pending = [True]
+
+        def landed() -> None:
+            with self._lock:
+                if pending[0]:
+                    pending[0] = False
+                    self._count -= 1
+
+        with self._lock:
+            self._count += 1
+        try:
+            yield landed
+        finally:
+            landed()
 
 
 @dataclass(eq=False)
@@ -125,7 +166,9 @@ class Batch(Generic[E]):
     positions (all of them together) per step boundary, the rest at the next ones. With
     ``compile_step`` (e.g. :func:`~qwen_ui.engine.generate.batched_step`), the steps
     recorded at the first cache length run ``compile_step(model)`` in place of the model's
-    eager forward (:mod:`~qwen_ui.engine.decode_graphs`)."""
+    eager forward (:mod:`~qwen_ui.engine.decode_graphs`). With ``arrivals``, newcomers
+    wait up to ``join_wait_s`` after the first of them entered while questions are
+    still on their way and there are slots for them."""
 
     def __init__(
         self,
@@ -136,6 +179,8 @@ class Batch(Generic[E]):
         graphs: bool = False,
         prefill_tokens: int = 0,
         compile_step: Callable[[PreTrainedModel], Callable[..., Any]] | None = None,
+        arrivals: Arrivals | None = None,
+        join_wait_s: float = 0.0,
     ) -> None:
         self.limit = limit
         self.prepare = prepare
@@ -144,6 +189,9 @@ class Batch(Generic[E]):
         self.graphs = graphs
         self.prefill_tokens = prefill_tokens
         self.compile_step = compile_step
+        self.arrivals = arrivals
+        self.join_wait_s = join_wait_s
+        self._waiting_since = 0.0  # when the first of the waiting newcomers entered
         self.cache = SlotCache(limit)
         self._graphs: DecodeGraphs | None = None
         self.waiting: list[E] = []
@@ -163,7 +211,17 @@ class Batch(Generic[E]):
         return self.limit - len(self.running) - len(self.waiting) - prefilling
 
     def enter(self, entrant: E) -> None:
+        if not self.waiting:
+            self._waiting_since = time.perf_counter()
         self.waiting.append(entrant)
+
+    def _holding(self) -> bool:
+        """Whether the waiting newcomers wait for questions still on their way."""
+        if self.arrivals is None or not self.arrivals.coming:
+            return False
+        if len(self.waiting) >= self.limit - len(self.running):
+            return False  # no slot for another one
+        return time.perf_counter() - self._waiting_since < self.join_wait_s
 
     @torch.inference_mode()
     def step(self) -> None:
@@ -173,6 +231,9 @@ class Batch(Generic[E]):
         the step's tokens and decides who ends."""
         if self._prefilling is not None:
             self._guarded(self._prefilling.seqs, self._continue)
+        elif self.waiting and self._holding():
+            if not self.running:
+                time.sleep(HOLD_POLL_S)  # nothing to step meanwhile
         elif self.waiting:
             self._admit()
         self._drop_cancelled()

@@ -14,6 +14,7 @@ step and drops the request's KV cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import logging
@@ -39,7 +40,7 @@ from qwen_ui.engine.answering import (
     WorkResult,
     prepare,
 )
-from qwen_ui.engine.batching import Batch
+from qwen_ui.engine.batching import Arrivals, Batch
 from qwen_ui.engine.batching import Sequence as BatchSequence
 from qwen_ui.engine.box_mapping import (
     Box,
@@ -264,6 +265,7 @@ class Engine:
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
         self.batch: Batch[Entrant] | None = None
+        self.arrivals = Arrivals()
         if settings.max_batch > 1:  # continuous batching; else one request at a time
             self.batch = Batch(
                 settings.max_batch,
@@ -273,6 +275,8 @@ class Engine:
                 graphs=self.fast_path.compile_decode,
                 prefill_tokens=settings.batch_prefill_tokens,
                 compile_step=batched_step if self.fast_path.compile_decode else None,
+                arrivals=self.arrivals,
+                join_wait_s=settings.batch_join_wait_ms / 1000,
             )
         self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None
@@ -299,6 +303,16 @@ class Engine:
     async def ask(self, request: AskRequest) -> AsyncGenerator[Event, None]:
         """Stage events, token deltas, then ``Done`` or ``Failed``; never raises a
         QwenUIError (it becomes ``Failed``). Closing the iterator cancels the work."""
+        with self.arrivals.expected() as landed:
+            async with contextlib.aclosing(self._ask(request, landed)) as events:
+                async for event in events:
+                    yield event
+
+    async def _ask(
+        self, request: AskRequest, landed: Callable[[], None]
+    ) -> AsyncGenerator[Event, None]:
+        """:meth:`ask`; ``landed()`` once the request reached the worker, or waits in line
+        for admission (it is no longer on its way to the batch)."""
         job: Job[WorkResult] | None = None
         outcome = "failed"
         kept: str | None = None  # the conversation id, once it holds the new images
@@ -336,9 +350,11 @@ class Engine:
             reservation = self._reserve(request.tenant, fit, events)
             async with EnteredAdmission(reservation, events) as waiting:
                 async for event in waiting:
+                    landed()  # in line: not about to join
                     yield event
                 work = self._work if self.batch is None else self._join
                 job = self.worker.submit(lambda j: work(j, plan))
+                landed()
                 async for event in job.events():
                     yield event
             result = job.result

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from torch._dynamo.utils import counters
 
-from qwen_ui.engine.batching import Batch, Sequence
+from qwen_ui.engine.batching import Arrivals, Batch, Sequence
 from qwen_ui.engine.generate import (
     CACHE_BUCKET,
     Generation,
@@ -262,6 +262,69 @@ def test_prepare_failing_fails_the_newcomers_only(loaded: Loaded) -> None:
     assert calls == [1, 2]
     assert clients[0].outcome == expect_alone(loaded, clients[0])
     assert all(isinstance(c.error, RuntimeError) for c in clients[1:3])
+
+
+def test_newcomers_wait_for_questions_on_their_way(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded)
+    calls: list[int] = []
+
+    def prepare(entrants: list[Client]) -> list[Sequence]:
+        calls.append(len(entrants))
+        return [c.make() for c in entrants]
+
+    model = loaded.language.model
+    arrivals = Arrivals()
+    batch: Batch[Client] = Batch(8, prepare, lambda: model, arrivals=arrivals, join_wait_s=60)
+    with arrivals.expected() as first_landed, arrivals.expected() as second_landed:
+        first_landed()
+        batch.enter(clients[0])
+        batch.step()
+        assert calls == [] and batch.busy  # held: another question is on its way
+        second_landed()
+        batch.enter(clients[1])
+        batch.step()  # none on its way: both join at once
+    assert calls == [2]
+    drain(batch)
+    assert [c.outcome for c in clients[:2]] == [expect_alone(loaded, c) for c in clients[:2]]
+
+
+def test_newcomers_are_held_no_longer_than_the_wait_nor_past_the_free_slots(
+    loaded: Loaded,
+) -> None:
+    clients = greedy_clients(loaded)
+    calls: list[int] = []
+
+    def prepare(entrants: list[Client]) -> list[Sequence]:
+        calls.append(len(entrants))
+        return [c.make() for c in entrants]
+
+    model = loaded.language.model
+    arrivals = Arrivals()
+    with arrivals.expected():  # a question that never arrives
+        waited: Batch[Client] = Batch(8, prepare, lambda: model, arrivals=arrivals, join_wait_s=0)
+        waited.enter(clients[0])
+        waited.step()  # no wait left
+        assert calls == [1]
+        full: Batch[Client] = Batch(2, prepare, lambda: model, arrivals=arrivals, join_wait_s=60)
+        full.enter(clients[1])
+        full.enter(clients[2])
+        full.step()  # no slot for the one on its way
+        assert calls == [1, 2]
+
+
+def test_arrivals_count_each_question_once() -> None:
+    arrivals = Arrivals()
+    with arrivals.expected() as landed:
+        with arrivals.expected():
+            assert arrivals.coming == 2
+        assert arrivals.coming == 1
+        landed()
+        landed()  # once only
+        assert arrivals.coming == 0
+    assert arrivals.coming == 0
+    with pytest.raises(RuntimeError), arrivals.expected():
+        raise RuntimeError("failed on its way")
+    assert arrivals.coming == 0
 
 
 # --- the slot cache ---------------------------------------------------------------------

@@ -88,6 +88,28 @@ async def test_requests_asked_together_decode_together_as_they_would_alone(
             assert 0 < done.timings["patches"] <= done.timings["encoding"]
 
 
+async def test_questions_asked_together_join_the_batch_in_one_group(
+    tmp_path: Path, tiny_store: ModelStore
+) -> None:
+    # a wait far longer than the four take to be checked and planned: a join of four
+    async with started(tmp_path, tiny_store, max_batch=4, batch_join_wait_ms=1000) as engine:
+        await answer(engine, requests()[2])  # the model loads
+        assert engine.batch is not None
+        joins: list[int] = []
+        prepare = engine.batch.prepare
+
+        def counted(entrants: list[Any]) -> list[Any]:
+            joins.append(len(entrants))
+            return prepare(entrants)
+
+        engine.batch.prepare = counted
+        await asyncio.gather(*(answer(engine, r) for r in requests()))
+        assert joins == [4]
+        assert engine.arrivals.coming == 0
+        await answer(engine, requests()[0])  # alone: nobody on the way, no wait
+        assert joins == [4, 1]
+
+
 async def test_a_client_leaving_cancels_only_its_own_sequence(
     tmp_path: Path, tiny_store: ModelStore
 ) -> None:

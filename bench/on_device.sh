@@ -49,6 +49,7 @@ command_for() {
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;
     prefill) echo "python3 bench/profile_prefill.py --workdir $W" ;;
     prefill-dequant) echo "python3 bench/profile_prefill.py --prefill-dequant-rows 256 --workdir $W" ;;
+    join8) echo "python3 bench/profile_prefill.py --prefill-dequant-rows 256 --newcomers 8 --reps 2 --workdir $W" ;;
     join-profile) echo "python3 bench/profile_prefill.py --prefill-dequant-rows 256 --newcomers 1,8,16 --reps 3 --workdir $W" ;;
     # training uses the device's own packages, not the carried site folder
     train-profile) echo "env -u PYTHONPATH python3 training/profile_train.py" ;;

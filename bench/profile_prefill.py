@@ -179,12 +179,14 @@ def profile_join(loaded: Loaded, text: str, count: int, reps: int) -> dict[str, 
 
 
 def newcomers(loaded: Loaded, text: str, counts: list[int], reps: int) -> dict[str, Any]:
-    """:func:`join_phases` (median of ``reps``) and :func:`profile_join` per count."""
+    """:func:`join_phases` (median of ``reps``, after a first join at this batch's shapes,
+    reported apart) and :func:`profile_join` per count."""
     out: dict[str, Any] = {}
     for count in counts:
-        join_phases(loaded, text, count, 1000)  # warm-up at this batch's shapes
+        first = join_phases(loaded, text, count, 1000)
         rows = [join_phases(loaded, text, count, 2000 + 100 * i) for i in range(reps)]
         out[str(count)] = {
+            "first_phases_ms": first,
             "phases_ms": median_phases(rows),
             "prefill_profile": profile_join(loaded, text, count, max(1, reps // 2)),
         }

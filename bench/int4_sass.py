@@ -50,28 +50,45 @@ SIGNATURE = {
 _OPCODE = re.compile(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P[T\d]\s+)?([A-Z][A-Z0-9_.]*)")
 
 
-def sass(block_n: int, stages: int, shared: bool, arch: int = 90) -> str:
-    """The kernel's SASS for one configuration (``shared``: split, atomic output)."""
-    constants = {
+def sass(
+    block_n: int,
+    stages: int,
+    shared: bool,
+    arch: int = 90,
+    kernel: Any = None,
+    flags: dict[str, bool] | None = None,
+) -> str:
+    """The SASS of ``kernel`` (default: the engine's) for one configuration (``shared``:
+    split, atomic output); ``flags``: its other compile-time switches."""
+    constants: dict[str, Any] = {
         "GROUP": 128,
         "BLOCK_M": triton_int4.MAX_ROWS,
         "BLOCK_N": block_n,
         "BLOCK_K": triton_int4.BLOCK_K,
+        **(flags or {}),
         "ATOMIC": shared,
     }
     source = ASTSource(
-        fn=triton_int4._int4_rows,
+        fn=kernel or triton_int4._int4_rows,
         signature={**SIGNATURE, **dict.fromkeys(constants, "constexpr")},
         constexprs=constants,
         attrs={(i,): [["tt.divisibility", 16]] for i in range(len(SIGNATURE))},
     )
-    kernel = triton.compile(
+    compiled = triton.compile(
         source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4, "num_stages": stages}
     )
     with tempfile.TemporaryDirectory() as work:
         cubin = Path(work) / "kernel.cubin"
-        cubin.write_bytes(kernel.asm["cubin"])
+        cubin.write_bytes(compiled.asm["cubin"])
         return _run("cuobjdump", "-sass", str(cubin)) + _run("cuobjdump", "-res-usage", str(cubin))
+
+
+def _bench() -> Any:
+    """``bench/bench_int4_triton.py`` as a module."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_int4_triton
+
+    return bench_int4_triton
 
 
 def _run(tool: str, *args: str) -> str:
@@ -100,12 +117,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-n", type=int, nargs="*", default=[64, 128])
     p.add_argument("--stages", type=int, default=3)
     p.add_argument("--top", type=int, default=20)
+    p.add_argument(
+        "--joined",
+        choices=["cast", "magic", "asm"],
+        help="bench/bench_int4_triton.py's joined kernel with this dequantizing, tiled",
+    )
     args = p.parse_args(argv)
+    kernel, flags = None, None
+    if args.joined:
+        kernel = _bench()._int4_mm_joined
+        flags = {"MAGIC": args.joined == "magic", "ASM": args.joined == "asm", "TILED": True}
     result: dict[str, Any] = {"triton": triton.__version__, "arch": "sm_90", "configs": {}}
     for block_n in args.block_n:
         for shared in (False, True):
             name = f"n{block_n}-s{args.stages}-{'split' if shared else 'whole'}"
-            result["configs"][name] = summary(sass(block_n, args.stages, shared), args.top)
+            listing = sass(block_n, args.stages, shared, kernel=kernel, flags=flags)
+            result["configs"][name] = summary(listing, args.top)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 

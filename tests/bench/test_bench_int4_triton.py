@@ -26,7 +26,7 @@ def test_every_config_matches_the_dequantized_weight() -> None:
     ways = ",".join(
         (
             *script.SCALED_WAYS,
-            *script.JOINED_WAYS,
+            *(w for w in script.JOINED_WAYS if not w.endswith("-asm")),
             "pairs",
             "tiled-pairs",
             "tiled-joined-magic",

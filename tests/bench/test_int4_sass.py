@@ -25,3 +25,16 @@ def test_the_kernel_compiles_for_sm90_and_is_counted(capsys: pytest.CaptureFixtu
     # only the split's partial sums are added atomically
     assert "ATOMG" in configs["n64-s3-split"]["opcodes"]
     assert "ATOMG" not in configs["n64-s3-whole"]["opcodes"]
+
+
+def test_the_bench_joined_ptx_way_dequantizes_in_bf16_pairs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--block-n", "64", "--top", "80", "--joined", "asm"]
+    assert load_script("int4_sass").main(argv) == 0
+    for config in json.loads(capsys.readouterr().out)["configs"].values():
+        # two weights a pair: one subtract and one fused multiply-add in bf16x2, no
+        # integer-to-float conversion
+        assert config["opcodes"]["HFMA2"] > 0 and config["opcodes"]["HADD2"] > 0
+        assert "I2FP" not in config["opcodes"]
+        assert config["opcodes"]["HGMMA"] > 0

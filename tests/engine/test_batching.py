@@ -4,6 +4,7 @@ joins, whoever leaves or is cancelled, whatever its cap, stops and sampling seed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -264,14 +265,20 @@ def test_prepare_failing_fails_the_newcomers_only(loaded: Loaded) -> None:
     assert all(isinstance(c.error, RuntimeError) for c in clients[1:3])
 
 
-def test_newcomers_wait_for_questions_on_their_way(loaded: Loaded) -> None:
-    clients = greedy_clients(loaded)
-    calls: list[int] = []
+def counting_prepare(calls: list[int]) -> Callable[[list[Client]], list[Sequence]]:
+    """A batch's ``prepare`` that notes how many newcomers each join takes."""
 
     def prepare(entrants: list[Client]) -> list[Sequence]:
         calls.append(len(entrants))
         return [c.make() for c in entrants]
 
+    return prepare
+
+
+def test_newcomers_wait_for_questions_on_their_way(loaded: Loaded) -> None:
+    clients = greedy_clients(loaded)
+    calls: list[int] = []
+    prepare = counting_prepare(calls)
     model = loaded.language.model
     arrivals = Arrivals()
     batch: Batch[Client] = Batch(8, prepare, lambda: model, arrivals=arrivals, join_wait_s=60)
@@ -293,11 +300,7 @@ def test_newcomers_are_held_no_longer_than_the_wait_nor_past_the_free_slots(
 ) -> None:
     clients = greedy_clients(loaded)
     calls: list[int] = []
-
-    def prepare(entrants: list[Client]) -> list[Sequence]:
-        calls.append(len(entrants))
-        return [c.make() for c in entrants]
-
+    prepare = counting_prepare(calls)
     model = loaded.language.model
     arrivals = Arrivals()
     with arrivals.expected():  # a question that never arrives

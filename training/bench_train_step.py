@@ -96,7 +96,7 @@ class Step:
         self.attention.enable(True)
         width = self.model.config.text_config.hidden_size
         self.aux = train.AuxHead(width, 1.0, 1.0, 2.0).to(device)
-        self.heads = train.language_heads(args, width, device)
+        self.heads = train.language_heads(args, width, device, self.model)
         if compiled:
             train.compile_parts(self.model)
         self.opt = train.make_optimizer(self.model, 1e-4, 0.05, self.aux, 1.0, self.heads)

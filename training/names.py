@@ -239,6 +239,12 @@ class NameHead(torch.nn.Module):
         self.weight = weight
         self.layer = layer
 
+    def batch_loss(
+        self, hidden: tuple[torch.Tensor, ...], batch: dict[str, Any], key: str
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`loss` of the batch's ``key`` labels on the hidden state it reads."""
+        return self.loss(hidden[self.layer], batch[key])
+
     def loss(
         self, hidden: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

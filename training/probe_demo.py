@@ -367,7 +367,7 @@ def probe_heads(args: argparse.Namespace) -> None:
         with torch.no_grad():
             hidden = train.forward_parts(model, batch, hidden=True).hidden
         for key, head in heads.items():
-            _, stats = head.loss(hidden[head.layer], batch[key])  # type: ignore[index]
+            _, stats = head.batch_loss(hidden, batch, key)  # type: ignore[arg-type]
             hit, n = int(stats["name_hit"]), int(stats["names"])
             log.info("%s %-11s right on %d of %d (%.3f)", lang, key, hit, n, hit / n)
 

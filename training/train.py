@@ -172,6 +172,7 @@ class Encoder:
             input_ids=ids[None], mm_token_type_ids=mm[None], image_grid_thw=grid_thw
         )
         grids = grid_thw.tolist()
+        cells = locate_heads.position_labels(id_list, grids)
         vision_labels = torch.cat(
             [token_labels(sc, h, w) for sc, (_, h, w) in zip(item.scenes, grids, strict=True)]
         )
@@ -186,9 +187,29 @@ class Encoder:
             "kind": item.kind,
             "lang": item.lang,
             "yes_no": scoring.yes_no_key(item) or "",
-            "position_labels": locate_heads.position_labels(id_list, grids),
+            "position_labels": cells,
+            "pointer_labels": self._pointer_labels(turns, places, cells, len(grids)),
             **self._head_labels(turns, places, id_list),
         }
+
+    def _pointer_labels(
+        self,
+        turns: list[scenes.Sample],
+        places: list[tuple[int, int]],
+        cells: torch.Tensor,
+        images: int,
+    ) -> torch.Tensor:
+        """:func:`locate_heads.pointer_labels` of every turn, about the sample's one image
+        (none with several: a box's image would be ambiguous)."""
+        if images != 1:
+            return torch.zeros((0, 2), dtype=torch.long)
+        tokenizer = self.processor.tokenizer
+        return torch.cat(
+            [
+                locate_heads.pointer_labels(turn, tokenizer, at, cells)
+                for turn, (_, at) in zip(turns, places, strict=True)
+            ]
+        )
 
 
 def restore_pixels(u8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -361,6 +382,7 @@ def collate(rows: list[dict[str, Any]], pad_id: int = modelcfg.ENDOFTEXT_ID) -> 
         "asked_labels": with_rows(rows, "asked_labels"),
         "position_labels": with_rows(rows, "position_labels"),
         "coordinate_labels": with_rows(rows, "coordinate_labels"),
+        "pointer_labels": with_rows(rows, "pointer_labels"),
     }
 
 
@@ -542,7 +564,8 @@ def forward_logits(
     return forward_parts(model, batch, fast=fast, amp=amp, attention=attention).logits
 
 
-LanguageHeads = tuple[tuple[str, names.NameHead], ...]  # (batch key, head) pairs
+# (batch key, head) pairs
+LanguageHeads = tuple[tuple[str, names.NameHead | locate_heads.PointerHead], ...]
 
 
 class Parts(NamedTuple):
@@ -763,7 +786,7 @@ def evaluate(
             )
             loss_sum += float(answer_loss(logits, batch["labels"]))
             for key, head in heads:
-                _, stats = head.loss(hidden[head.layer], batch[key])  # type: ignore[index]
+                _, stats = head.batch_loss(hidden, batch, key)  # type: ignore[arg-type]
                 for k, v in stats.items():
                     probe[f"{key}:{k}"] = probe.get(f"{key}:{k}", 0) + int(v)
             if aux is not None and feats is not None:
@@ -1118,6 +1141,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the language-model layer whose output the coordinate head reads",
     )
     p.add_argument(
+        "--pointer-weight",
+        type=float,
+        default=0.0,
+        help="weight of the pointer head (where a grounding answer writes a box "
+        "coordinate's digits, one attention head of the language model should attend to "
+        "the image tokens on that edge of the box); 0: off",
+    )
+    p.add_argument(
+        "--pointer-layer",
+        type=int,
+        default=2,
+        help="the decoder layer (0-based) whose attention the pointer head supervises",
+    )
+    p.add_argument("--pointer-head", type=int, default=0, help="the attention head it supervises")
+    p.add_argument(
         "--answer-kinds",
         type=kinds_among(scenes.KINDS, "answer kinds"),
         default=names.ANSWER_KINDS,
@@ -1345,7 +1383,7 @@ def train_step(
     aux_loss, _ = aux.loss(feats, batch["vision_labels"])
     name_loss = torch.zeros((), device=lm_loss.device)
     for key, head in heads:
-        name_loss = name_loss + head.loss(hidden[head.layer], batch[key])[0]  # type: ignore[index]
+        name_loss = name_loss + head.batch_loss(hidden, batch, key)[0]  # type: ignore[arg-type]
     opt.zero_grad(set_to_none=True)
     (lm_loss + aux_loss + name_loss).backward()  # type: ignore[no-untyped-call]
     vision, rest = split_parameters(model)
@@ -1394,7 +1432,7 @@ def run(args: argparse.Namespace) -> None:
     hidden = model.config.text_config.hidden_size
     aux = AuxHead(hidden, args.aux_weight, args.relation_weight, args.rank_weight)
     aux = aux.to(device)
-    heads = language_heads(args, hidden, device)
+    heads = language_heads(args, hidden, device, model)
     if args.init_heads is not None:
         load_heads(args.init_heads, aux, heads)
     batches = iter(scene_loader(args, device))  # workers start now, while held-out encodes
@@ -1417,10 +1455,12 @@ def run(args: argparse.Namespace) -> None:
     train_loop(model, opt, batches, held, args, device, attention, aux, heads)
 
 
-def language_heads(args: argparse.Namespace, width: int, device: torch.device) -> LanguageHeads:
+def language_heads(
+    args: argparse.Namespace, width: int, device: torch.device, model: Any = None
+) -> LanguageHeads:
     """The language-model heads the arguments ask for (name, pair, referent, answer,
     asked, position and coordinate), each with its batch key: (key, weight, layer,
-    outputs, classes)."""
+    outputs, classes); and the pointer head on ``model``'s own attention."""
     specs = (
         ("name_labels", args.name_weight, args.name_layer, names.N_AXES, scenes.MAX_SHAPES),
         ("pair_labels", args.pair_weight, args.pair_layer, 2 * names.N_AXES, scenes.MAX_SHAPES),
@@ -1435,11 +1475,19 @@ def language_heads(args: argparse.Namespace, width: int, device: torch.device) -
             )
         ),
     )
-    return tuple(
+    heads: list[tuple[str, names.NameHead | locate_heads.PointerHead]] = [
         (key, names.NameHead(width, weight, layer, outputs, classes).to(device))
         for key, weight, layer, outputs, classes in specs
         if weight > 0
-    )
+    ]
+    if args.pointer_weight > 0:
+        if model is None:
+            raise ValueError("the pointer head needs the model")
+        pointer = locate_heads.PointerHead(
+            model, args.pointer_weight, args.pointer_layer, args.pointer_head
+        )
+        heads.append(("pointer_labels", pointer))
+    return tuple(heads)
 
 
 def train_loop(

@@ -64,20 +64,30 @@ def coordinates(answer: str) -> list[tuple[int, int, int]]:
     return found
 
 
+def digit_positions(item: scenes.Sample, tokenizer: Any, answer_at: int) -> list[list[int]]:
+    """For each box coordinate of the answer (:func:`coordinates`, in order), the
+    positions whose logits write its digits (``answer_at`` gives the answer's first
+    token, ``answer_at + j`` its token ``j``)."""
+    offsets = tokenizer(item.answer, return_offsets_mapping=True)["offset_mapping"]
+    return [
+        [answer_at + j for j, (a, b) in enumerate(offsets) if a < hi and b > lo]
+        for lo, hi, _ in coordinates(item.answer)
+    ]
+
+
 def coordinate_labels(item: scenes.Sample, tokenizer: Any, answer_at: int) -> torch.Tensor:
     """``[digit tokens, 3]`` for a grounding answer: for every token of every box
-    coordinate, the position whose logits write it (``answer_at`` gives the answer's
-    first token, ``answer_at + j`` its token ``j``), the coordinate's merged token
-    (``value // BLOCK``) and its 7 px step within it; ``[0, 3]`` for other types."""
+    coordinate, the position whose logits write it (:func:`digit_positions`), the
+    coordinate's merged token (``value // BLOCK``) and its 7 px step within it; ``[0, 3]``
+    for other types."""
     if item.kind != "grounding":
         return torch.zeros((0, 1 + N_AXES), dtype=torch.long)
-    offsets = tokenizer(item.answer, return_offsets_mapping=True)["offset_mapping"]
     rows = []
-    for lo, hi, value in coordinates(item.answer):
-        coarse, fine = value // BLOCK, (value % BLOCK) // STEP
-        for j, (a, b) in enumerate(offsets):
-            if a < hi and b > lo:
-                rows.append([answer_at + j, min(coarse, GRID_CLASSES - 1), fine])
+    values = [value for _, _, value in coordinates(item.answer)]
+    written = digit_positions(item, tokenizer, answer_at)
+    for value, positions in zip(values, written, strict=True):
+        coarse, fine = min(value // BLOCK, GRID_CLASSES - 1), (value % BLOCK) // STEP
+        rows += [[position, coarse, fine] for position in positions]
     return torch.tensor(rows, dtype=torch.long).view(-1, 1 + N_AXES)
 
 
@@ -85,9 +95,8 @@ def _edges(box: list[int]) -> list[list[tuple[int, int]]]:
     """The merged-grid cells (row, column) on each edge of a box ``[x1, y1, x2, y2]`` (in
     resized pixels): the first column, the first row, the last column, the last row."""
     x1, y1, x2, y2 = box
-    rows = range(y1 // BLOCK, max(y1, y2 - 1) // BLOCK + 1)
-    cols = range(x1 // BLOCK, max(x1, x2 - 1) // BLOCK + 1)
     last_col, last_row = max(x1, x2 - 1) // BLOCK, max(y1, y2 - 1) // BLOCK
+    rows, cols = range(y1 // BLOCK, last_row + 1), range(x1 // BLOCK, last_col + 1)
     return [
         [(r, x1 // BLOCK) for r in rows],
         [(y1 // BLOCK, c) for c in cols],
@@ -109,16 +118,14 @@ def pointer_labels(
     if item.kind != "grounding":
         return torch.zeros((0, 2), dtype=torch.long)
     at = {(int(r), int(c)): int(p) for p, r, c in cells.tolist()}
-    offsets = tokenizer(item.answer, return_offsets_mapping=True)["offset_mapping"]
-    found = coordinates(item.answer)
+    values = [value for _, _, value in coordinates(item.answer)]
+    written = digit_positions(item, tokenizer, answer_at)
     pairs = []
-    for first in range(0, len(found) - 3, 4):
-        box = [value for _, _, value in found[first : first + 4]]
-        for (lo, hi, _), edge in zip(found[first : first + 4], _edges(box), strict=True):
+    for first in range(0, len(values) - 3, 4):
+        edges = _edges(values[first : first + 4])
+        for positions, edge in zip(written[first : first + 4], edges, strict=True):
             keys = [at[cell] for cell in edge if cell in at]
-            for j, (a, b) in enumerate(offsets):
-                if a < hi and b > lo:
-                    pairs += [[answer_at + j, key] for key in keys]
+            pairs += [[position, key] for position in positions for key in keys]
     return torch.tensor(pairs, dtype=torch.long).view(-1, 2)
 
 

@@ -219,7 +219,7 @@ class Batch(Generic[E]):
         """Whether the waiting newcomers wait for questions still on their way."""
         if self.arrivals is None or not self.arrivals.coming:
             return False
-        if len(self.waiting) >= self.limit - len(self.running):
+        if self.room <= 0:
             return False  # no slot for another one
         return time.perf_counter() - self._waiting_since < self.join_wait_s
 

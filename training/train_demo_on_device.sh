@@ -26,6 +26,8 @@
 # PYTHONPATH for the evaluation only. It stops at DEADLINE_S (default 570) seconds after
 # the script started. EVAL_DEVICE, EVAL_N, EVAL_OFF_N and WHEELS change the device
 # (cuda), the two sets' sizes (2000, 400) and the wheels' folder (.whl): a CPU smoke test.
+# EVAL_EXTRA_KINDS (default off_grammar) names the second set's kinds, comma-separated
+# (e.g. off_grammar,grounding: one file, eval-bf16-off_grammar-grounding-n400-seed0.json).
 set -uo pipefail
 minutes=$1
 shift
@@ -80,11 +82,13 @@ find qwen_ui/demo/weights/bf16 -maxdepth 1 -type f ! -name '*.safetensors*' \
 cp "$run"/model/*.safetensors "$run"/model/model.safetensors.index.json "$weights"/
 left=$((${DEADLINE_S:-570} - SECONDS))
 echo "evaluating, ${left}s left" | tee -a /tmp/train.log
+extra=${EVAL_EXTRA_KINDS:-off_grammar}
+extra_args=$(printf -- '--kind %s ' ${extra//,/ })
 common="--weights $weights --device ${EVAL_DEVICE:-cuda} --batch-size 64 --seed 0"
 if [[ $left -gt 20 ]]; then
     PYTHONPATH=$site HF_HUB_OFFLINE=1 timeout "$left" python3 -m training.eval_demo "$out" \
         "eval-bf16-n${EVAL_N:-2000}-seed0.json=$common --n ${EVAL_N:-2000}" \
-        "eval-bf16-off_grammar-n${EVAL_OFF_N:-400}-seed0.json=$common --kind off_grammar --n ${EVAL_OFF_N:-400}" \
+        "eval-bf16-${extra//,/-}-n${EVAL_OFF_N:-400}-seed0.json=$common $extra_args --n ${EVAL_OFF_N:-400}" \
         >>/tmp/train.log 2>&1
     echo "evaluation: exit $?" | tee -a /tmp/train.log
 fi

@@ -48,7 +48,7 @@ import triton.language as tl
 from _profiling import provenance
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, inner_k_tiles, pack_for_cuda
-from qwen_ui.engine.triton_int4 import pack
+from qwen_ui.engine.triton_int4 import DEQUANT_PTX, _bf16_pair, pack
 
 log = logging.getLogger(__name__)
 
@@ -230,35 +230,6 @@ def _int4_mm_pairs(
         tl.atomic_add(out_ptr + at, acc, mask=mask)
     else:
         tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def _pair_ptx(shift: int, first: int) -> str:
-    """Nibbles ``j`` and ``j + 4`` of word ``$8`` (``j = shift / 4``) as a bf16 pair
-    ``128 + q`` (one ``lop3``), less 136 (exact: ``q - 8``), times the scale pair ``$9``
-    plus the zero pair ``$10`` (one ``fma.rn.bf16x2``), into outputs ``first`` and
-    ``first + 4``."""
-    word = f"shr.u32 u, $8, {shift};\n" if shift else "mov.b32 u, $8;\n"
-    return (
-        word + "lop3.b32 t, u, 0x000F000F, 0x43004300, 0xEA;\n"
-        "sub.rn.bf16x2 t, t, c;\nfma.rn.bf16x2 t, t, $9, $10;\n"
-        f"mov.b32 {{${first}, ${first + 4}}}, t;\n"
-    )
-
-
-# one word's eight weights, dequantized two at a time in bf16 pairs: outputs 0..7 are
-# the word's nibbles 0..7 (its rows of k in order)
-DEQUANT_PTX = tl.constexpr(
-    "{\n.reg .b32 t, u, c;\nmov.b32 c, 0x43084308;\n"  # 136.0, 136.0
-    + "".join(_pair_ptx(4 * j, j) for j in range(4))
-    + "}"
-)
-
-
-@triton.jit
-def _bf16_pair(v):
-    """Each bf16 of ``v`` twice in one int32 (the two halves of a bf16x2 register)."""
-    bits = v.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    return bits | (bits << 16)
 
 
 @triton.jit

@@ -122,8 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["cast", "magic", "asm"],
         help="bench/bench_int4_triton.py's joined kernel with this dequantizing, tiled",
     )
+    p.add_argument(
+        "--dequant",
+        choices=["pairs", "float"],
+        default="pairs",
+        help="the engine's kernel dequantizing in bf16 pairs (on sm_90) or in float32",
+    )
     args = p.parse_args(argv)
-    kernel, flags = None, None
+    kernel, flags = None, {"PAIRS": args.dequant == "pairs"}
     if args.joined:
         kernel = _bench()._int4_mm_joined
         flags = {"MAGIC": args.joined == "magic", "ASM": args.joined == "asm", "TILED": True}

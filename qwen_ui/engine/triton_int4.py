@@ -4,8 +4,9 @@ torch's int4 kernel (``_weight_int4pack_mm``) is fastest for one row, but its ti
 with the rows: a decode step of 8 or 16 sequences spends most of its time there. This
 kernel reads each weight once for up to :data:`MAX_ROWS` rows: every program takes a
 block of the output's columns and a share of the inner dimension (added atomically when
-shared), unpacks its block's nibbles, dequantizes them and multiplies with ``tl.dot``
-(the transposed product, the weight as the left operand).
+shared), unpacks its block's nibbles, dequantizes them (on sm_90 two at a time in bf16
+pairs, by inline PTX) and multiplies with ``tl.dot`` (the transposed product, the weight
+as the left operand).
 
 It reads its own copy of the weight (:func:`pack` then :func:`tile`: each program's
 words contiguous), half a byte per weight beside torch's packed one. At load,
@@ -73,6 +74,68 @@ def _nibble(words, shift: tl.constexpr, s, z):  # type: ignore[no-untyped-def]
     return (((words >> shift) & 0xF).to(tl.float32) - 8.0) * s + z
 
 
+def _pair_ptx(shift: int, first: int) -> str:
+    """Nibbles ``j`` and ``j + 4`` of word ``$8`` (``j = shift / 4``) as the bf16 pair
+    ``128 + q`` (one ``lop3``: 128's exponent under the nibble as mantissa), less 136
+    (exact: ``q - 8``), times the scale pair ``$9`` plus the zero pair ``$10`` (one
+    ``fma.rn.bf16x2``), into outputs ``first`` and ``first + 4``."""
+    word = f"shr.u32 u, $8, {shift};\n" if shift else "mov.b32 u, $8;\n"
+    return (
+        word + "lop3.b32 t, u, 0x000F000F, 0x43004300, 0xEA;\n"
+        "sub.rn.bf16x2 t, t, c;\nfma.rn.bf16x2 t, t, $9, $10;\n"
+        f"mov.b32 {{${first}, ${first + 4}}}, t;\n"
+    )
+
+
+# one word's eight weights dequantized two at a time in bf16 pairs (sm_90's bf16x2
+# arithmetic): outputs 0..7 are the word's nibbles 0..7
+DEQUANT_PTX = tl.constexpr(
+    "{\n.reg .b32 t, u, c;\nmov.b32 c, 0x43084308;\n"  # 136.0, 136.0
+    + "".join(_pair_ptx(4 * j, j) for j in range(4))
+    + "}"
+)
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _bf16_pair(v):  # type: ignore[no-untyped-def]
+    """Each bf16 of ``v`` twice in one int32 (both halves of a bf16x2 register)."""
+    bits = v.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return bits | (bits << 16)
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _dequantized(words, s, z, PAIRS: tl.constexpr):  # type: ignore[no-untyped-def]
+    """``[BLOCK_N, BLOCK_K / 8]`` words with their column's bf16 scale and zero → the
+    ``[BLOCK_N, BLOCK_K]`` weight, ``k`` in order: nibble ``4 a + 2 b + c`` of a word at
+    ``[.., a, b, c]`` (the last join varies fastest; ``tl.join`` keeps a joined axis in
+    one thread, so a thread holds 8 consecutive ``k`` of a column)."""
+    if PAIRS:
+        s2 = _bf16_pair(s)[:, None] + tl.zeros_like(words)
+        z2 = _bf16_pair(z)[:, None] + tl.zeros_like(words)
+        w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+            DEQUANT_PTX,
+            "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
+            [words, s2, z2],
+            dtype=(tl.bfloat16,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        s, z = s.to(tl.float32)[:, None], z.to(tl.float32)[:, None]
+        w0 = _nibble(words, 0, s, z)
+        w1 = _nibble(words, 4, s, z)
+        w2 = _nibble(words, 8, s, z)
+        w3 = _nibble(words, 12, s, z)
+        w4 = _nibble(words, 16, s, z)
+        w5 = _nibble(words, 20, s, z)
+        w6 = _nibble(words, 24, s, z)
+        w7 = _nibble(words, 28, s, z)
+    joined = tl.join(
+        tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7))
+    )
+    return tl.reshape(joined, (words.shape[0], words.shape[1] * 8))
+
+
 @triton.jit(do_not_specialize=["m"])  # type: ignore[untyped-decorator]
 def _int4_rows(  # type: ignore[no-untyped-def]
     x_ptr,
@@ -87,12 +150,11 @@ def _int4_rows(  # type: ignore[no-untyped-def]
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PAIRS: tl.constexpr,
     ATOMIC: tl.constexpr,
 ):
     # the transposed product W x^T: the dequantized block is tl.dot's left operand, k
-    # contiguous; each word's nibbles are dequantized apart and joined in k's order
-    # (tl.join keeps a joined axis in one thread), so a thread holds 8 consecutive k of
-    # a column and the block goes to shared memory in 16-byte stores
+    # contiguous, so it goes to shared memory in 16-byte stores
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
@@ -109,20 +171,10 @@ def _int4_rows(  # type: ignore[no-untyped-def]
         )
         words = tl.trans(words)  # [BLOCK_N, BLOCK_K / 8]
         g = k0 // GROUP
-        s = tl.load(sz_ptr + (g * n + cols) * 2).to(tl.float32)[:, None]
-        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1).to(tl.float32)[:, None]
-        # nibble 4 a + 2 b + c of a word at [.., a, b, c]: the last join varies fastest
-        w = tl.join(
-            tl.join(
-                tl.join(_nibble(words, 0, s, z), _nibble(words, 16, s, z)),
-                tl.join(_nibble(words, 8, s, z), _nibble(words, 24, s, z)),
-            ),
-            tl.join(
-                tl.join(_nibble(words, 4, s, z), _nibble(words, 20, s, z)),
-                tl.join(_nibble(words, 12, s, z), _nibble(words, 28, s, z)),
-            ),
-        )
-        acc += tl.dot(tl.reshape(w, (BLOCK_N, BLOCK_K)).to(x.dtype), tl.trans(x))
+        s = tl.load(sz_ptr + (g * n + cols) * 2)
+        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1)
+        w = _dequantized(words, s, z, PAIRS)
+        acc += tl.dot(w.to(x.dtype), tl.trans(x))
     at = rows[None, :] * n + cols[:, None]
     row_ok = rows[None, :] < m
     if ATOMIC:
@@ -183,6 +235,13 @@ def _int4_rows_cpu(
     return (x.float() @ weight).to(x.dtype)
 
 
+@functools.cache
+def bf16_pairs(device: torch.device) -> bool:
+    """Whether the kernel dequantizes in bf16 pairs on ``device`` (:data:`DEQUANT_PTX`
+    needs sm_90's ``sub.bf16x2``); elsewhere it does so one weight at a time in float32."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def launch(
     x: torch.Tensor,
     words: torch.Tensor,
@@ -191,10 +250,13 @@ def launch(
     split_k: int,
     block_n: int,
     stages: int,
+    pairs: bool | None = None,
 ) -> torch.Tensor:
-    """:func:`int4_rows` by the Triton kernel (any device Triton runs on)."""
+    """:func:`int4_rows` by the Triton kernel (any device Triton runs on); ``pairs``
+    (default: :func:`bf16_pairs` for bf16 scales) picks the dequantizing."""
     m, k = x.shape
     n = scales_and_zeros.shape[1]
+    bf16_scales = scales_and_zeros.dtype == torch.bfloat16
     shared = split_k > 1
     if shared:
         out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
@@ -214,6 +276,7 @@ def launch(
         BLOCK_M=MAX_ROWS,
         BLOCK_N=block_n,
         BLOCK_K=BLOCK_K,
+        PAIRS=pairs if pairs is not None else bf16_pairs(x.device) and bf16_scales,
         ATOMIC=shared,
         num_warps=4,
         num_stages=stages,

@@ -169,3 +169,32 @@ def test_triton_copies_multiply_as_the_kernel_from_the_measured_rows(cuda: torch
                 layer(x).float().flatten(), kernel.float().flatten(), dim=0
             )
             assert cosine.item() >= 0.9999
+
+
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_the_bf16_pair_dequantizing_multiplies_as_the_float_one(
+    cuda: torch.device, split_k: int
+) -> None:
+    """The Triton kernel's two dequantizings (bf16 pairs by PTX, float32 weight by
+    weight) give the dequantized weight's product, whole or split."""
+    from qwen_ui.engine import triton_int4
+
+    if not triton_int4.bf16_pairs(cuda):
+        pytest.skip("bf16 pairs need sm_90")
+    torch.manual_seed(5)
+    n, k, group = 512, 1024, 128
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32)
+    scales = torch.rand(k // group, n) * 0.02 + 0.001
+    zeros = (8.0 - torch.randint(0, 16, (k // group, n))) * scales
+    sz = torch.stack([scales, zeros], dim=-1).to(torch.bfloat16)
+    per_k = sz.float().repeat_interleave(group, dim=0)
+    weight = (q.t().float() - 8.0) * per_k[..., 0] + per_k[..., 1]  # [k, n]
+    words = triton_int4.tile(triton_int4.pack(q), 64).to(cuda)
+    for rows in (1, 8, 16):
+        x = torch.randn(rows, k, dtype=torch.bfloat16)
+        want = x.float() @ weight.to(torch.bfloat16).float()
+        args = (x.to(cuda), words, sz.to(cuda), group, split_k, 64, 3)
+        for pairs in (True, False):
+            got = triton_int4.launch(*args, pairs=pairs).float().cpu()
+            worst = float((got - want).abs().max() / want.abs().max())
+            assert worst < 1e-2, (pairs, rows, worst)

@@ -174,7 +174,8 @@ class PointerHead(torch.nn.Module):
         k = attn.k_proj(x).view(batch, tokens, -1, dim)[:, :, self.head // group][:, :, None]
         rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)  # [batch, 1, tokens, dim]
-        scores = (q[rows, 0, at, :, None] * k[rows, 0].transpose(1, 2)).sum(1) * attn.scaling
+        # one product per query: [queries, 1, dim] @ [queries, dim, tokens]
+        scores = torch.bmm(q[rows, 0, at][:, None], k[rows, 0].transpose(1, 2))[:, 0] * attn.scaling
         later = torch.arange(tokens, device=x.device)[None, :] > at[:, None]
         return torch.log_softmax(scores.float().masked_fill(later, float("-inf")), dim=-1)
 

@@ -5,7 +5,10 @@ batched attention, in one process on the same random weights and pixels.
     python bench/bench_vision.py --arch 7b --depth 4 --device cpu   # a CPU check
 
 Prints one JSON object: per image set, the median milliseconds of each path, their ratio
-and the largest difference between the two outputs. The grid of each image follows the
+and the largest difference between the two outputs. ``--compiled`` adds a third path:
+the batched attention with each block's norms and MLP compiled by Inductor (dynamic
+shapes); ``--profile`` adds the batched path's kernels by category (``torch.profiler``,
+one forward), to see where the tower's time goes. The grid of each image follows the
 processor's resize (``smart_resize``, 14 px patches, 2x2 merge, the published pixel
 limits).
 """
@@ -13,10 +16,12 @@ limits).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _checkpoints import model_config
+from _profiling import activities, device_events, summarise
 
 from qwen_ui.engine import vision
 
@@ -90,8 +96,7 @@ def measure(model: Any, sizes: list[tuple[int, int]], args: argparse.Namespace) 
     stock_ms, stock = timed(forward, args.device, args.reps, args.warmup)
     vision.install(holder)
     batched_ms, batched = timed(forward, args.device, args.reps, args.warmup)
-    vision.uninstall(holder)
-    return {
+    result: dict[str, Any] = {
         "patches": int(pixels.shape[0]),
         "stock_ms": round(stock_ms, 2),
         "batched_ms": round(batched_ms, 2),
@@ -99,6 +104,41 @@ def measure(model: Any, sizes: list[tuple[int, int]], args: argparse.Namespace) 
         "max_abs_diff": float((stock.float() - batched.float()).abs().max()),
         "output_abs_max": float(stock.float().abs().max()),
     }
+    if args.profile:
+        result["batched_profile"] = profiled(forward, args.device)
+    if args.compiled:
+        with compiled_parts(model):
+            compiled_ms, compiled = timed(forward, args.device, args.reps, args.warmup)
+            if args.profile:
+                result["compiled_profile"] = profiled(forward, args.device)
+        result["compiled_ms"] = round(compiled_ms, 2)
+        result["compiled_speedup"] = round(batched_ms / compiled_ms, 2)
+        result["compiled_max_abs_diff"] = float((stock.float() - compiled.float()).abs().max())
+    vision.uninstall(holder)
+    return result
+
+
+def profiled(forward: Any, device: torch.device) -> dict[str, Any]:
+    """One forward's kernels (operators on the CPU) by category."""
+    with torch.profiler.profile(activities=activities(device)) as prof:
+        forward()
+        _sync(device)
+    return summarise(device_events(prof, device), 1)
+
+
+@contextlib.contextmanager
+def compiled_parts(model: Any) -> Iterator[None]:
+    """Each block's norms and MLP compiled (dynamic shapes) while the block runs; their
+    plain forwards back after."""
+    parts = [part for block in model.blocks for part in (block.norm1, block.norm2, block.mlp)]
+    plain = [part.forward for part in parts]
+    try:
+        for part in parts:
+            part.forward = torch.compile(part.forward, dynamic=True)
+        yield
+    finally:
+        for part, forward in zip(parts, plain, strict=True):
+            part.forward = forward
 
 
 class _Holder:
@@ -117,6 +157,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
+    p.add_argument("--compiled", action="store_true", help="also norms and MLPs compiled")
+    p.add_argument("--profile", action="store_true", help="kernels by category, one forward")
     args = p.parse_args(argv)
     args.device = torch.device(args.device)
     return args

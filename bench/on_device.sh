@@ -28,6 +28,7 @@ W=artifacts/bench-decode
 command_for() {
     case $1 in
     vision) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20" ;;
+    vision-compiled) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20 --sets 1x1024x768,8x1024x768 --compiled --profile" ;;
     engine) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --workdir $W" ;;
     engine-nofuse) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --no-fuse --workdir $W" ;;
     stock) echo "python3 bench/bench_decode.py --arch 7b --skip-engine --workdir $W" ;;
@@ -76,7 +77,7 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision | batching-dense) echo 150 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
+    vision | batching-dense) echo 150 ;; vision-compiled) echo 240 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
     qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;

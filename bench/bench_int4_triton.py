@@ -48,7 +48,7 @@ import triton.language as tl
 from _profiling import provenance
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, inner_k_tiles, pack_for_cuda
-from qwen_ui.engine.triton_int4 import DEQUANT_PTX, _bf16_pair, pack
+from qwen_ui.engine.triton_int4 import _dequantized, pack
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def _int4_mm_joined(
     keeps a joined axis in one thread) in ``k``'s order, so a thread holds eight
     consecutive ``k`` of one column: the block goes to shared memory in 16-byte stores,
     where the ``spread`` ways store it one weight at a time (``bench/int4_sass.py``).
-    ``ASM``: each word dequantized by :data:`DEQUANT_PTX` in bf16 pairs (about 2
+    ``ASM``: the engine's dequantizing (``qwen_ui.engine.triton_int4``) in bf16 pairs (about 2
     instructions a weight, where the float32 way takes about 5)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -283,17 +283,8 @@ def _int4_mm_joined(
         g = k0 // GROUP
         s = tl.load(sz_ptr + (g * n + cols) * 2, mask=col_ok, other=0.0)
         z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=col_ok, other=0.0)
-        if ASM:
-            s2 = _bf16_pair(s)[:, None] + tl.zeros_like(words)
-            z2 = _bf16_pair(z)[:, None] + tl.zeros_like(words)
-            w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
-                DEQUANT_PTX,
-                "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
-                [words, s2, z2],
-                dtype=(tl.bfloat16,) * 8,
-                is_pure=True,
-                pack=1,
-            )
+        if ASM:  # the engine's own dequantizing in bf16 pairs
+            w = _dequantized(words, s, z, True)
         else:
             s, z = s.to(tl.float32)[:, None], z.to(tl.float32)[:, None]
             w0 = _nibble_floats(words, 0, MAGIC) * s + z
@@ -304,11 +295,12 @@ def _int4_mm_joined(
             w5 = _nibble_floats(words, 20, MAGIC) * s + z
             w6 = _nibble_floats(words, 24, MAGIC) * s + z
             w7 = _nibble_floats(words, 28, MAGIC) * s + z
-        # the last join varies fastest: nibble 4 a + 2 b + c at [.., a, b, c]
-        joined = tl.join(
-            tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7))
-        )
-        w = tl.reshape(joined, (BLOCK_N, BLOCK_K))
+            # the last join varies fastest: nibble 4 a + 2 b + c at [.., a, b, c]
+            joined = tl.join(
+                tl.join(tl.join(w0, w4), tl.join(w2, w6)),
+                tl.join(tl.join(w1, w5), tl.join(w3, w7)),
+            )
+            w = tl.reshape(joined, (BLOCK_N, BLOCK_K))
         acc += tl.dot(w.to(x.dtype), tl.trans(x))
     at = rows[None, :] * n + cols[:, None]
     mask = (rows[None, :] < m) & col_ok[:, None]

@@ -3,6 +3,7 @@ step and the share spent waiting for data, the host synchronisations a step make
 sync debug mode, grouped by the calling line), and ``torch.profiler`` kernel categories.
 
     python training/profile_train.py                    # on the GPU, the shipped weights
+    python training/profile_train.py --train "--compile --pointer-weight 1"  # a run's options
     python training/profile_train.py --device cpu --batch 4 --workers 0 --max-pixels 28224 \
         --warmup 1 --steps 2                         # CPU dry run
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import tempfile
 import time
@@ -44,6 +46,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-pixels", type=int, default=None)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument(
+        "--train",
+        default="",
+        help="more train.py options, one shell word (e.g. a run's heads and --compile): "
+        "the step runs with the heads and compiled parts they ask for",
+    )
     return p.parse_args(argv)
 
 
@@ -53,7 +61,7 @@ def training_args(args: argparse.Namespace, out: str) -> argparse.Namespace:
     argv += ["--device", args.device, "--init", str(args.init)]
     if args.max_pixels:
         argv += ["--max-pixels", str(args.max_pixels)]
-    return train.parse_args(argv)
+    return train.parse_args([*argv, *shlex.split(args.train)])
 
 
 class Steps:
@@ -68,7 +76,12 @@ class Steps:
         self.aux = train.AuxHead(
             hidden, args.aux_weight, args.relation_weight, args.rank_weight
         ).to(device)
-        self.opt = train.make_optimizer(self.model, 1e-4, args.weight_decay, self.aux)
+        self.heads = train.language_heads(args, hidden, device, self.model)
+        if args.compile:
+            train.compile_parts(self.model)
+        self.opt = train.make_optimizer(
+            self.model, 1e-4, args.weight_decay, self.aux, args.vision_lr_mult, self.heads
+        )
         self.batches = iter(train.scene_loader(args, device))
         self.model.train()
 
@@ -80,7 +93,7 @@ class Steps:
             t1 = time.perf_counter()
             batch = train.to_device(next(self.batches), self.device)
             wait += time.perf_counter() - t1
-            train.train_step(self.model, self.opt, batch, self.attention, self.aux)
+            train.train_step(self.model, self.opt, batch, self.attention, self.aux, self.heads)
         self.sync()
         return time.perf_counter() - t0, wait
 
@@ -124,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         **provenance("training/profile_train.py", argv, device),
         "batch": args.batch,
         "workers": args.workers,
+        "train": args.train,
+        "heads": [key for key, _ in steps.heads],
         "steps_per_s": round(args.steps / wall, 2),
         "samples_per_s": round(args.steps * args.batch / wall, 1),
         "data_wait_share": round(wait / wall, 3),

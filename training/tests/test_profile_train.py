@@ -18,3 +18,17 @@ def test_training_steps_are_profiled(capsys: pytest.CaptureFixture[str]) -> None
     assert result["host_syncs"] is None
     categories = result["by_category"]
     assert isinstance(categories, dict) and categories["bf16 matmul"]["calls_per_step"] > 0
+
+
+@pytest.mark.slow
+def test_a_runs_heads_are_in_the_profiled_step(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--device", "cpu", "--batch", "2", "--workers", "0", "--max-pixels", "28224"]
+    heads = "--position-weight 1 --coordinate-weight 1 --pointer-weight 1 --kinds grounding"
+    result = run_main(
+        "profile_train",
+        [*argv, "--warmup", "1", "--steps", "1", "--train", heads],
+        capsys,
+        TRAINING,
+    )
+    assert result["heads"] == ["position_labels", "coordinate_labels", "pointer_labels"]
+    assert float(str(result["steps_per_s"])) > 0

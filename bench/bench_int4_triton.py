@@ -266,8 +266,9 @@ def _int4_mm_joined(
     keeps a joined axis in one thread) in ``k``'s order, so a thread holds eight
     consecutive ``k`` of one column: the block goes to shared memory in 16-byte stores,
     where the ``spread`` ways store it one weight at a time (``bench/int4_sass.py``).
-    ``ASM``: the engine's dequantizing (``qwen_ui.engine.triton_int4``) in bf16 pairs (about 2
-    instructions a weight, where the float32 way takes about 5)."""
+    Without ``MAGIC`` it dequantizes as the engine does (``qwen_ui.engine.triton_int4``):
+    ``ASM`` in bf16 pairs (about 2 instructions a weight), else by float32 casts (about
+    5); ``MAGIC`` converts by the float32 magic number instead of a cast."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
@@ -283,18 +284,18 @@ def _int4_mm_joined(
         g = k0 // GROUP
         s = tl.load(sz_ptr + (g * n + cols) * 2, mask=col_ok, other=0.0)
         z = tl.load(sz_ptr + (g * n + cols) * 2 + 1, mask=col_ok, other=0.0)
-        if ASM:  # the engine's own dequantizing in bf16 pairs
-            w = _dequantized(words, s, z, True)
+        if not MAGIC:  # the engine's own dequantizing: bf16 pairs, or float32 casts
+            w = _dequantized(words, s, z, ASM)
         else:
             s, z = s.to(tl.float32)[:, None], z.to(tl.float32)[:, None]
-            w0 = _nibble_floats(words, 0, MAGIC) * s + z
-            w1 = _nibble_floats(words, 4, MAGIC) * s + z
-            w2 = _nibble_floats(words, 8, MAGIC) * s + z
-            w3 = _nibble_floats(words, 12, MAGIC) * s + z
-            w4 = _nibble_floats(words, 16, MAGIC) * s + z
-            w5 = _nibble_floats(words, 20, MAGIC) * s + z
-            w6 = _nibble_floats(words, 24, MAGIC) * s + z
-            w7 = _nibble_floats(words, 28, MAGIC) * s + z
+            w0 = _nibble_floats(words, 0, True) * s + z
+            w1 = _nibble_floats(words, 4, True) * s + z
+            w2 = _nibble_floats(words, 8, True) * s + z
+            w3 = _nibble_floats(words, 12, True) * s + z
+            w4 = _nibble_floats(words, 16, True) * s + z
+            w5 = _nibble_floats(words, 20, True) * s + z
+            w6 = _nibble_floats(words, 24, True) * s + z
+            w7 = _nibble_floats(words, 28, True) * s + z
             # the last join varies fastest: nibble 4 a + 2 b + c at [.., a, b, c]
             joined = tl.join(
                 tl.join(tl.join(w0, w4), tl.join(w2, w6)),

@@ -242,6 +242,13 @@ def bf16_pairs(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
+def _pairs(asked: bool | None, device: torch.device, scales: torch.dtype) -> bool:
+    """``asked``, or by default bf16 pairs where the device and bf16 scales allow them."""
+    if asked is not None:
+        return asked
+    return scales == torch.bfloat16 and bf16_pairs(device)
+
+
 def launch(
     x: torch.Tensor,
     words: torch.Tensor,
@@ -256,7 +263,6 @@ def launch(
     (default: :func:`bf16_pairs` for bf16 scales) picks the dequantizing."""
     m, k = x.shape
     n = scales_and_zeros.shape[1]
-    bf16_scales = scales_and_zeros.dtype == torch.bfloat16
     shared = split_k > 1
     if shared:
         out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
@@ -276,7 +282,7 @@ def launch(
         BLOCK_M=MAX_ROWS,
         BLOCK_N=block_n,
         BLOCK_K=BLOCK_K,
-        PAIRS=pairs if pairs is not None else bf16_pairs(x.device) and bf16_scales,
+        PAIRS=_pairs(pairs, x.device, scales_and_zeros.dtype),
         ATOMIC=shared,
         num_warps=4,
         num_stages=stages,

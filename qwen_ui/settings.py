@@ -184,7 +184,7 @@ class Settings(BaseSettings):
         "MLP's gate/up (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), seven kernel calls per layer become four.",
     )
     max_batch: int = Field(
-        8,
+        16,
         ge=1,
         le=64,
         description="Most requests the worker answers at once (continuous batching): "

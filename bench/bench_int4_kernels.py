@@ -78,6 +78,8 @@ def one_shape(in_features: int, out_features: int, flush: torch.Tensor) -> dict[
         "vector_ms": _round(timed.vec_ms),
         "triton_from_rows": timed.rows_from,
         "vector_up_to_rows": timed.vec_rows,
+        "vector_split": timed.tried.vec_split,
+        "vector_columns": timed.tried.vec_block_n or timed.tried.block_n,
         "chosen_ms": _round(_chosen(timed)),
         "weight_bytes": weight_bytes,
         "vector_gb_s_at_1_row": None if vec_gbs is None else round(vec_gbs, 1),

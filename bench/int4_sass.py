@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     kernel, flags = None, {"PAIRS": args.dequant == "pairs"}
     if args.vec_rows:
-        kernel, flags = triton_int4._int4_vec, {"BLOCK_M": args.vec_rows, "ASM": True}
+        kernel = triton_int4._int4_vec
+        flags = {"BLOCK_M": args.vec_rows, "ASM": True, "TILE_N": max(128, *args.block_n)}
     elif args.joined:
         kernel = _bench()._int4_mm_joined
         flags = {"MAGIC": args.joined == "magic", "ASM": args.joined == "asm", "TILED": True}

@@ -172,7 +172,14 @@ class Int4Linear(nn.Module):
         # copy of the weight (qwen_ui.engine.triton_int4); 0 = never
         self.rows_from = 0
         self.rows_to = 0
-        self.rows_plan: tuple[int, int, int, int] = (1, 1, 1, 0)  # the operator's sizes
+        self.rows_plan: tuple[int, ...] = (
+            1,
+            1,
+            1,
+            0,
+            1,
+            1,
+        )  # the operator's sizes (triton_int4.Plan)
         # how that weight is computed: the loader swaps in compiled (fused) versions on CUDA
         self.dequantize: Dequantize = dequantize_for_kernel
         self.dequantize_packed: DequantizePacked = dequantize_tinygemm
@@ -286,7 +293,7 @@ class Int4Linear(nn.Module):
             delattr(self, "dense")
 
     def keep_rows_kernel(
-        self, words: torch.Tensor, plan: tuple[int, int, int, int], rows_from: int, rows_to: int
+        self, words: torch.Tensor, plan: tuple[int, ...], rows_from: int, rows_to: int
     ) -> None:
         """Multiply inputs of ``rows_from`` to ``rows_to`` rows by the Triton kernel's
         operator on ``words``, its copy of this layer's weight."""

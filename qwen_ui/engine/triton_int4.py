@@ -49,17 +49,22 @@ ROWS = (1, 2, 4, 8, 16)  # row counts timed per layer shape
 @dataclass(frozen=True)
 class Plan:
     """How one weight shape runs: ``split_k`` programs share the inner dimension,
-    ``block_n`` output columns per program, ``stages`` as Triton's ``num_stages``; inputs
-    of up to ``vec_rows`` rows take the vector kernel (0: none)."""
+    ``block_n`` output columns per program (the copy's tile width), ``stages`` as
+    Triton's ``num_stages``; inputs of up to ``vec_rows`` rows take the vector kernel (0:
+    none), its programs ``vec_block_n`` columns of a tile wide (0: the tile), ``vec_split``
+    of them sharing the inner dimension."""
 
     split_k: int
     block_n: int
     stages: int = 3
     vec_rows: int = 0
+    vec_split: int = 1
+    vec_block_n: int = 0
 
-    def args(self) -> tuple[int, int, int, int]:
+    def args(self) -> tuple[int, int, int, int, int, int]:
         """As :func:`int4_rows` takes them after the group."""
-        return self.split_k, self.block_n, self.stages, self.vec_rows
+        vec_block_n = self.vec_block_n or self.block_n
+        return self.split_k, self.block_n, self.stages, self.vec_rows, self.vec_split, vec_block_n
 
 
 def plan_for(n: int, k: int) -> Plan:
@@ -271,22 +276,27 @@ def _int4_vec(  # type: ignore[no-untyped-def]
     BLOCK_K: tl.constexpr,
     ATOMIC: tl.constexpr,
     ASM: tl.constexpr,
+    TILE_N: tl.constexpr,
 ):
     # the same words as _int4_rows; the product by fused multiply-adds in float32, one
     # accumulator per row (BLOCK_M rows: 1 or 2) shaped as the words, summed at the end
+    # (a program's BLOCK_N columns are part of one TILE_N-wide tile of the words)
     tl.static_assert(BLOCK_M <= 2)
+    tl.static_assert(TILE_N % BLOCK_N == 0)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tile = pid_n * BLOCK_N // TILE_N
+    within = pid_n * BLOCK_N % TILE_N + tl.arange(0, BLOCK_N)
     word_rows = tl.arange(0, BLOCK_K // 8)
     acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     start = pid_k * k_per_split
     for k0 in range(start, tl.minimum(start + k_per_split, k), BLOCK_K):
-        first = ((pid_n * (k // BLOCK_K) + k0 // BLOCK_K) * (BLOCK_K // 8)) * BLOCK_N
-        words = tl.load(
-            w_ptr + first + word_rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        ).to(tl.uint32, bitcast=True)  # [BLOCK_K / 8, BLOCK_N]
+        first = ((tile * (k // BLOCK_K) + k0 // BLOCK_K) * (BLOCK_K // 8)) * TILE_N
+        words = tl.load(w_ptr + first + word_rows[:, None] * TILE_N + within[None, :]).to(
+            tl.uint32, bitcast=True
+        )  # [BLOCK_K / 8, BLOCK_N]
         g = k0 // GROUP
         s = tl.load(sz_ptr + (g * n + cols) * 2).to(tl.float32)[None, :]
         z = tl.load(sz_ptr + (g * n + cols) * 2 + 1).to(tl.float32)[None, :]
@@ -345,12 +355,15 @@ def int4_rows(
     block_n: int,
     stages: int,
     vec_rows: int,
+    vec_split: int,
+    vec_block_n: int,
 ) -> torch.Tensor:
     """``x @ W.T`` for ``x`` ``[m, k]`` (``m`` at most :data:`MAX_ROWS`), ``W`` from
     :func:`tile`'s ``words`` and torch's ``scales_and_zeros[k / g, n, 2]``
     (``W = (q - 8) s + z'``). One operator, which ``torch.compile`` calls as it is: the
     Triton kernels (:func:`launch`) on CUDA, the dequantized weight's product on the CPU."""
-    return launch(x, words, scales_and_zeros, group, split_k, block_n, stages, vec_rows)
+    vec = (vec_rows, vec_split, vec_block_n)
+    return launch(x, words, scales_and_zeros, group, split_k, block_n, stages, *vec)
 
 
 @int4_rows.register_kernel("cpu")  # type: ignore[misc]
@@ -385,58 +398,55 @@ def launch(
     block_n: int,
     stages: int,
     vec_rows: int = 0,
+    vec_split: int = 1,
+    vec_block_n: int = 0,
     pairs: bool | None = None,
 ) -> torch.Tensor:
     """:func:`int4_rows` by the Triton kernels (any device Triton runs on): the vector
-    kernel for up to ``vec_rows`` rows, else the tiled one, whose dequantizing ``pairs``
-    picks (default: :func:`bf16_pairs` for bf16 scales)."""
+    kernel for up to ``vec_rows`` rows (programs of ``vec_block_n`` columns, default the
+    tile's, ``vec_split`` to the inner dimension), else the tiled one, whose dequantizing
+    ``pairs`` picks (default: :func:`bf16_pairs` for bf16 scales)."""
     m, k = x.shape
     n = scales_and_zeros.shape[1]
-    shared = split_k > 1
-    if shared:
-        out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
-    else:
-        out = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    per_split = triton.cdiv(k // BLOCK_K, split_k) * BLOCK_K  # whole blocks; the last shorter
-    if m <= min(vec_rows, VEC_ROWS):
-        _int4_vec[(n // block_n, split_k)](
-            x.contiguous(),
-            words,
-            scales_and_zeros,
-            out,
-            m,
-            n,
-            k,
-            per_split,
+    vector = m <= min(vec_rows, VEC_ROWS)
+    splits = vec_split if vector else split_k
+    out = _output(m, n, splits, x)
+    per_split = triton.cdiv(k // BLOCK_K, splits) * BLOCK_K  # whole blocks; the last shorter
+    sizes = (x.contiguous(), words, scales_and_zeros, out, m, n, k, per_split)
+    if vector:
+        columns = vec_block_n or block_n
+        _int4_vec[(n // columns, splits)](
+            *sizes,
             GROUP=group,
             BLOCK_M=triton.next_power_of_2(m),
+            BLOCK_N=columns,
+            BLOCK_K=BLOCK_K,
+            ATOMIC=splits > 1,
+            ASM=x.is_cuda,
+            TILE_N=block_n,
+            num_warps=4 if columns >= 64 else 2,
+            num_stages=stages,
+        )
+    else:
+        _int4_rows[(n // block_n, splits)](
+            *sizes,
+            GROUP=group,
+            BLOCK_M=MAX_ROWS,
             BLOCK_N=block_n,
             BLOCK_K=BLOCK_K,
-            ATOMIC=shared,
-            ASM=x.is_cuda,
+            PAIRS=_pairs(pairs, x.device, scales_and_zeros.dtype),
+            ATOMIC=splits > 1,
             num_warps=4,
             num_stages=stages,
         )
-        return out.to(x.dtype) if shared else out
-    _int4_rows[(n // block_n, split_k)](
-        x.contiguous(),
-        words,
-        scales_and_zeros,
-        out,
-        m,
-        n,
-        k,
-        per_split,
-        GROUP=group,
-        BLOCK_M=MAX_ROWS,
-        BLOCK_N=block_n,
-        BLOCK_K=BLOCK_K,
-        PAIRS=_pairs(pairs, x.device, scales_and_zeros.dtype),
-        ATOMIC=shared,
-        num_warps=4,
-        num_stages=stages,
-    )
-    return out.to(x.dtype) if shared else out
+    return out.to(x.dtype) if splits > 1 else out
+
+
+def _output(m: int, n: int, splits: int, x: torch.Tensor) -> torch.Tensor:
+    """The kernels' output: float32 zeros that the splits add into, else ``x``'s dtype."""
+    if splits > 1:
+        return torch.zeros(m, n, device=x.device, dtype=torch.float32)
+    return torch.empty(m, n, device=x.device, dtype=x.dtype)
 
 
 @int4_rows.register_fake  # type: ignore[misc]
@@ -469,17 +479,17 @@ def keep_copies(model: nn.Module) -> int:
 
 
 def _keep(layers: list[Int4Linear]) -> int:
-    vec_rows: dict[tuple[int, int], int] = {}  # by layer shape, as measured
+    plans: dict[tuple[int, int], Plan] = {}  # by layer shape, as measured
 
     def measure(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], flush: torch.Tensor) -> int:
         timed = time_kernels(layer, *copy, flush)
         timed.log(layer)
-        vec_rows[(layer.in_features, layer.out_features)] = timed.vec_rows
+        plans[(layer.in_features, layer.out_features)] = timed.plan
         return timed.rows_from
 
     def keep(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], rows: int) -> None:
-        words, plan = copy
-        plan = replace(plan, vec_rows=vec_rows[(layer.in_features, layer.out_features)])
+        words = copy[0]
+        plan = plans[(layer.in_features, layer.out_features)]
         layer.keep_rows_kernel(words, plan.args(), rows, MAX_ROWS)
 
     return keep_measured(layers, copy_of, measure, keep, "Triton int4 copies")
@@ -489,11 +499,17 @@ def _keep(layers: list[Int4Linear]) -> int:
 class Timed:
     """Milliseconds per call of one layer shape by row count (:data:`ROWS`): torch's
     kernel, the tiled kernel, and the vector kernel at the first few (none when it did not
-    multiply as torch's kernel does)."""
+    multiply as torch's kernel does) in its fastest sizes, which ``tried`` holds."""
 
     torch_ms: tuple[float, ...]
     tiled_ms: tuple[float, ...]
     vec_ms: tuple[float, ...]
+    tried: Plan = Plan(1, 1)
+
+    @property
+    def plan(self) -> Plan:
+        """The shape's plan: :attr:`tried`'s, the vector kernel up to :attr:`vec_rows`."""
+        return replace(self.tried, vec_rows=self.vec_rows)
 
     @property
     def vec_rows(self) -> int:
@@ -520,13 +536,16 @@ class Timed:
 
     def log(self, layer: Int4Linear) -> None:
         log.info(
-            "int4 %dx%d, ms per call by rows %s: torch %s, tiled %s, vector %s",
+            "int4 %dx%d, ms per call by rows %s: torch %s, tiled %s, vector %s "
+            "(%d splits of %d columns)",
             layer.in_features,
             layer.out_features,
             ROWS,
             _ms(self.torch_ms),
             _ms(self.tiled_ms),
             _ms(self.vec_ms),
+            self.tried.vec_split,
+            self.tried.vec_block_n or self.tried.block_n,
         )
 
 
@@ -577,15 +596,44 @@ def _triton_kernel(
     return out
 
 
+VEC_SPLITS = (1, 2, 4, 8, 16)  # the vector kernel's splits of the inner dimension tried
+VEC_COLUMNS = (32, 64)  # and its programs' widths
+
+
 def time_kernels(layer: Int4Linear, words: torch.Tensor, plan: Plan, flush: torch.Tensor) -> Timed:
     """Each kernel's time at each of :data:`ROWS` on this layer: the vector one up to
-    ``plan.vec_rows`` rows (:func:`copy_of` set it where it multiplies right)."""
+    ``plan.vec_rows`` rows (:func:`copy_of` set it where it multiplies right), in the
+    sizes of :func:`vec_plans` that were fastest at one row."""
     tiled = replace(plan, vec_rows=0)
-    torch_ms, tiled_ms, vec_ms = [], [], []
-    for rows in ROWS:
-        x = torch.randn(rows, layer.in_features, device=flush.device, dtype=KERNEL_DTYPE)
+    torch_ms, tiled_ms = [], []
+    inputs = {
+        rows: torch.randn(rows, layer.in_features, device=flush.device, dtype=KERNEL_DTYPE)
+        for rows in ROWS
+    }
+    for x in inputs.values():
         torch_ms.append(time_ms(functools.partial(_torch_kernel, layer, x), flush))
         tiled_ms.append(time_ms(functools.partial(_triton_kernel, layer, words, tiled, x), flush))
-        if rows <= plan.vec_rows:
-            vec_ms.append(time_ms(functools.partial(_triton_kernel, layer, words, plan, x), flush))
-    return Timed(tuple(torch_ms), tuple(tiled_ms), tuple(vec_ms))
+    if not plan.vec_rows:
+        return Timed(tuple(torch_ms), tuple(tiled_ms), (), tiled)
+
+    def vec_ms(vec: Plan, rows: int) -> float:
+        return time_ms(functools.partial(_triton_kernel, layer, words, vec, inputs[rows]), flush)
+
+    tried = {vec: vec_ms(vec, 1) for vec in vec_plans(plan, layer.in_features)}
+    best = min(tried, key=tried.__getitem__)
+    times = [tried[best], *(vec_ms(best, rows) for rows in ROWS[1:] if rows <= plan.vec_rows)]
+    return Timed(tuple(torch_ms), tuple(tiled_ms), tuple(times), best)
+
+
+def vec_plans(plan: Plan, k: int) -> list[Plan]:
+    """The vector kernel's sizes to try on a weight of inner dimension ``k``: each of
+    :data:`VEC_COLUMNS` that divides the tile, each split of :data:`VEC_SPLITS` that
+    leaves every split a block."""
+    blocks = k // BLOCK_K
+    return [
+        replace(plan, vec_split=split, vec_block_n=columns)
+        for columns in VEC_COLUMNS
+        if plan.block_n % columns == 0
+        for split in VEC_SPLITS
+        if split <= blocks
+    ]

@@ -224,9 +224,10 @@ def test_the_vector_kernel_multiplies_as_the_dequantized_weight(
         x = torch.randn(rows, k, dtype=torch.bfloat16)
         want = x.float() @ weight
         args = (x.to(cuda), words, sz.to(cuda), group, split_k, 64, 3)
-        vector = triton_int4.launch(*args, vec_rows=2).float().cpu()
+        vector = triton_int4.launch(*args, vec_rows=2, vec_split=split_k).float().cpu()
+        narrow = triton_int4.launch(*args, 2, split_k, 32).float().cpu()  # half tiles
         tiled = triton_int4.launch(*args, vec_rows=0).float().cpu()
-        for got in (vector, tiled):
+        for got in (vector, narrow, tiled):
             worst = float((got - want).abs().max() / want.abs().max())
             assert worst < 1e-2, (rows, worst)
         assert float((vector - tiled).abs().max() / want.abs().max()) < 1e-2

@@ -4,6 +4,7 @@ sizes here; its products on the CPU through Triton's interpreter, in a process o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The Triton kernels through the interpreter (float32: the interpreter mishandles bf16)
 # against the dequantized weight, for a 5-block inner dimension over 1, 2 and 3 splits (the
 # last split shorter) and 64- and 32-column blocks: the tiled kernel at 1, 5 and 16 rows,
-# the vector kernel (without its PTX, which the interpreter does not run) at 1 and 2.
+# the vector kernel (without its PTX, which the interpreter does not run; programs of 32
+# columns, within the tile) at 1 and 2.
 INTERPRETED = textwrap.dedent(
     """
     import json, torch
@@ -47,7 +49,10 @@ INTERPRETED = textwrap.dedent(
             got = triton_int4.launch(x, words, sz, group, *plan.args())
             key = f"{plan.split_k}x{plan.block_n}@{rows}"
             worst[key] = float((got - want).abs().max() / want.abs().max())
-        vec = triton_int4.Plan(plan.split_k, plan.block_n, vec_rows=2)
+        # programs of 32 columns of the tile, splits as the tiled kernel's
+        vec = triton_int4.Plan(
+            plan.split_k, plan.block_n, vec_rows=2, vec_split=plan.split_k, vec_block_n=32
+        )
         for rows in (1, 2):
             x = torch.randn(rows, k)
             want = x @ weight
@@ -144,6 +149,20 @@ def test_the_vector_kernel_takes_the_rows_where_it_beat_the_tiled_one() -> None:
     assert slower.rows_from == 4  # torch's kernel is faster at 1 and 2 rows
     none = triton_int4.Timed(timed.torch_ms, timed.tiled_ms, vec_ms=())
     assert none.vec_rows == 0 and none.rows_from == 4
+
+
+def test_the_vector_kernel_tries_the_sizes_that_fit() -> None:
+    plan = triton_int4.Plan(4, 64, vec_rows=2)
+    tried = triton_int4.vec_plans(plan, 3584)  # 28 blocks of the inner dimension
+    assert {(p.vec_block_n, p.vec_split) for p in tried} == {
+        (c, s) for c in (32, 64) for s in (1, 2, 4, 8, 16)
+    }
+    assert all(p.split_k == 4 and p.block_n == 64 and p.vec_rows == 2 for p in tried)
+    narrow = triton_int4.vec_plans(triton_int4.Plan(1, 32, vec_rows=2), 256)  # 2 blocks
+    assert {(p.vec_block_n, p.vec_split) for p in narrow} == {(32, 1), (32, 2)}
+    timed = triton_int4.Timed((1.0, 1.0), (2.0, 2.0), (0.5,), tried[3])
+    assert timed.plan == dataclasses.replace(tried[3], vec_rows=1)
+    assert timed.plan.args() == (4, 64, 3, 1, tried[3].vec_split, tried[3].vec_block_n)
 
 
 def test_untile_gives_the_nibbles_back() -> None:

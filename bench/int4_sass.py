@@ -11,7 +11,6 @@ the kernel.
 
     python bench/int4_sass.py                        # the engine's plans, 7B shapes
     python bench/int4_sass.py --block-n 64 --top 30  # one block width
-    python bench/int4_sass.py --vec-rows 1           # the vector kernel for one row
 
 Prints one JSON document on stdout: per configuration, instruction counts (whole
 opcodes, and shared-memory stores by width), the total, and registers per thread.
@@ -124,11 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         help="bench/bench_int4_triton.py's joined kernel with this dequantizing, tiled",
     )
     p.add_argument(
-        "--vec-rows",
-        type=int,
-        help="the engine's vector kernel (no tensor cores) for this many rows",
-    )
-    p.add_argument(
         "--dequant",
         choices=["pairs", "float"],
         default="pairs",
@@ -136,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     kernel, flags = None, {"PAIRS": args.dequant == "pairs"}
-    if args.vec_rows:
-        kernel = triton_int4._int4_vec
-        flags = {"BLOCK_M": args.vec_rows, "ASM": True, "TILE_N": max(128, *args.block_n)}
-    elif args.joined:
+    if args.joined:
         kernel = _bench()._int4_mm_joined
         flags = {"MAGIC": args.joined == "magic", "ASM": args.joined == "asm", "TILED": True}
     result: dict[str, Any] = {"triton": triton.__version__, "arch": "sm_90", "configs": {}}

@@ -172,14 +172,7 @@ class Int4Linear(nn.Module):
         # copy of the weight (qwen_ui.engine.triton_int4); 0 = never
         self.rows_from = 0
         self.rows_to = 0
-        self.rows_plan: tuple[int, ...] = (
-            1,
-            1,
-            1,
-            0,
-            1,
-            1,
-        )  # the operator's sizes (triton_int4.Plan)
+        self.rows_plan: tuple[int, int, int] = (1, 1, 1)  # the operator's sizes
         # how that weight is computed: the loader swaps in compiled (fused) versions on CUDA
         self.dequantize: Dequantize = dequantize_for_kernel
         self.dequantize_packed: DequantizePacked = dequantize_tinygemm
@@ -293,7 +286,7 @@ class Int4Linear(nn.Module):
             delattr(self, "dense")
 
     def keep_rows_kernel(
-        self, words: torch.Tensor, plan: tuple[int, ...], rows_from: int, rows_to: int
+        self, words: torch.Tensor, plan: tuple[int, int, int], rows_from: int, rows_to: int
     ) -> None:
         """Multiply inputs of ``rows_from`` to ``rows_to`` rows by the Triton kernel's
         operator on ``words``, its copy of this layer's weight."""
@@ -320,9 +313,6 @@ class Int4Linear(nn.Module):
         path = "dequantized" if self.dequantized else "int4 kernel"
         if self.rows_from:
             path += f", Triton from {self.rows_from} to {self.rows_to} rows"
-            vec_rows = self.rows_plan[3]
-            if vec_rows >= self.rows_from:
-                path += f" (vector kernel up to {vec_rows})"
         if self.dense_rows:
             path += f", dense from {self.dense_rows} rows"
         return (

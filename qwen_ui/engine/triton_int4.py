@@ -1,24 +1,19 @@
 """A Triton int4 kernel for a batch's decode steps of a few rows, on CUDA.
 
-torch's int4 kernel (``_weight_int4pack_mm``) reads the weight at about half the H200's
-memory bandwidth for one row, and its time grows with the rows: a decode step of 8 or 16
-sequences spends most of its time there. This module's kernels read each weight once for
-up to :data:`MAX_ROWS` rows: every program takes a block of the output's columns and a
-share of the inner dimension (added atomically when shared) and unpacks its block's
-nibbles. The tiled kernel (:func:`_int4_rows`) dequantizes them (on sm_90 two at a time
-in bf16 pairs, by inline PTX) and multiplies with ``tl.dot`` (the transposed product, the
-weight as the left operand). The vector kernel (:func:`_int4_vec`), for up to
-:data:`VEC_ROWS` rows, uses no tensor cores: each thread turns a word's nibbles into
-float32 by the exponent trick (no integer conversion) and multiplies them with each row's
-inputs by plain fused multiply-adds, so its time is the weight's reading.
+torch's int4 kernel (``_weight_int4pack_mm``) is fastest for one row, but its time grows
+with the rows: a decode step of 8 or 16 sequences spends most of its time there. This
+kernel reads each weight once for up to :data:`MAX_ROWS` rows: every program takes a
+block of the output's columns and a share of the inner dimension (added atomically when
+shared), unpacks its block's nibbles, dequantizes them (on sm_90 two at a time in bf16
+pairs, by inline PTX) and multiplies with ``tl.dot`` (the transposed product, the weight
+as the left operand).
 
 It reads its own copy of the weight (:func:`pack` then :func:`tile`: each program's
 words contiguous), half a byte per weight beside torch's packed one. At load,
 :func:`keep_copies` checks every CUDA int4 layer's copy against torch's kernel and times
-the kernels per layer shape; a layer then multiplies inputs from the fewest rows where
-this module's faster kernel was faster at every row count timed up to :data:`MAX_ROWS`
-here (the operator ``torch.ops.qwen_ui.int4_rows``: the vector kernel up to the rows
-where it beat the tiled one, the tiled one above), everything else as before.
+both per layer shape; a layer then multiplies inputs from the fewest rows where this was
+faster at every row count timed up to :data:`MAX_ROWS` here (the operator
+``torch.ops.qwen_ui.int4_rows``), everything else as before.
 
 ``bench/bench_int4_triton.py`` sweeps this kernel's other ways and sizes;
 ``bench/profile_batching.py`` times a step with it.
@@ -28,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -41,7 +36,6 @@ from qwen_ui.engine.dense_weights import MATCH, crossover_rows, keep_measured, t
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 16  # the kernel's row tile: inputs of more rows take another path
-VEC_ROWS = 2  # the most rows the vector kernel is timed at, and may take
 BLOCK_K = 128  # inner-dimension step; the group size must be a multiple of it
 ROWS = (1, 2, 4, 8, 16)  # row counts timed per layer shape
 
@@ -49,22 +43,15 @@ ROWS = (1, 2, 4, 8, 16)  # row counts timed per layer shape
 @dataclass(frozen=True)
 class Plan:
     """How one weight shape runs: ``split_k`` programs share the inner dimension,
-    ``block_n`` output columns per program (the copy's tile width), ``stages`` as
-    Triton's ``num_stages``; inputs of up to ``vec_rows`` rows take the vector kernel (0:
-    none), its programs ``vec_block_n`` columns of a tile wide (0: the tile), ``vec_split``
-    of them sharing the inner dimension."""
+    ``block_n`` output columns per program, ``stages`` as Triton's ``num_stages``."""
 
     split_k: int
     block_n: int
     stages: int = 3
-    vec_rows: int = 0
-    vec_split: int = 1
-    vec_block_n: int = 0
 
-    def args(self) -> tuple[int, int, int, int, int, int]:
+    def args(self) -> tuple[int, int, int]:
         """As :func:`int4_rows` takes them after the group."""
-        vec_block_n = self.vec_block_n or self.block_n
-        return self.split_k, self.block_n, self.stages, self.vec_rows, self.vec_split, vec_block_n
+        return self.split_k, self.block_n, self.stages
 
 
 def plan_for(n: int, k: int) -> Plan:
@@ -196,129 +183,6 @@ def _int4_rows(  # type: ignore[no-untyped-def]
         tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-def _less_eight_ptx(j: int) -> str:
-    """Nibble ``j`` of word ``$8`` under the exponent of 2^23 (one ``lop3``: 2^23 + q
-    exactly as a float32), less 2^23 + 8 (exact: ``q - 8``), into output ``j``."""
-    word = f"shr.b32 t, $8, {4 * j};\n" if j else "mov.b32 t, $8;\n"
-    return word + f"lop3.b32 t, t, 0xF, 0x4B000000, 0xEA;\nsub.f32 ${j}, t, 0f4B000008;\n"
-
-
-# one word's eight nibbles, less 8, as float32: outputs 0..7 are nibbles 0..7
-LESS_EIGHT_PTX = tl.constexpr(
-    "{\n.reg .b32 t;\n" + "".join(_less_eight_ptx(j) for j in range(8)) + "}"
-)
-
-
-@triton.jit  # type: ignore[untyped-decorator]
-def _nibble_less_eight(words, shift: tl.constexpr):  # type: ignore[no-untyped-def]
-    """:data:`LESS_EIGHT_PTX`'s number for one nibble, in Triton's operations (the path of
-    Triton's interpreter, which runs no PTX)."""
-    bits = ((words >> shift) & 0xF) | 0x4B000000
-    return bits.to(tl.float32, bitcast=True) - 8388616.0
-
-
-@triton.jit  # type: ignore[untyped-decorator]
-def _less_eight(words, ASM: tl.constexpr):  # type: ignore[no-untyped-def]
-    """Each (unsigned) word's eight nibbles, less 8, in float32, by
-    :data:`LESS_EIGHT_PTX` with ``ASM`` (no integer conversion; the same numbers as
-    ``((words >> 4 j) & 15) - 8``)."""
-    if not ASM:
-        return (
-            _nibble_less_eight(words, 0),
-            _nibble_less_eight(words, 4),
-            _nibble_less_eight(words, 8),
-            _nibble_less_eight(words, 12),
-            _nibble_less_eight(words, 16),
-            _nibble_less_eight(words, 20),
-            _nibble_less_eight(words, 24),
-            _nibble_less_eight(words, 28),
-        )
-    return tl.inline_asm_elementwise(
-        LESS_EIGHT_PTX,
-        "=r,=r,=r,=r,=r,=r,=r,=r,r",
-        [words],
-        dtype=(tl.float32,) * 8,
-        is_pure=True,
-        pack=1,
-    )
-
-
-@triton.jit  # type: ignore[untyped-decorator]
-def _row_product(acc, x_row, q, s, z, k0, WORDS: tl.constexpr):  # type: ignore[no-untyped-def]
-    """``acc`` ``[WORDS, BLOCK_N]`` plus one input row's products with a block of one
-    group's weights ``(q - 8) s + z`` (``q``: the words' nibbles less 8, by nibble):
-    input ``k0 + 8 w + j`` meets nibble ``j`` of word ``w``. The scale and zero multiply
-    each word's sum of eight, not each weight."""
-    eighth = x_row + k0 + tl.arange(0, WORDS) * 8
-    x = tl.load(eighth).to(tl.float32)
-    block = x[:, None] * q[0]
-    inputs = x
-    for j in tl.static_range(1, 8):
-        x = tl.load(eighth + j).to(tl.float32)
-        block += x[:, None] * q[j]
-        inputs += x
-    return acc + block * s + inputs[:, None] * z
-
-
-@triton.jit(do_not_specialize=["m"])  # type: ignore[untyped-decorator]
-def _int4_vec(  # type: ignore[no-untyped-def]
-    x_ptr,
-    w_ptr,
-    sz_ptr,
-    out_ptr,
-    m,
-    n,
-    k,
-    k_per_split,
-    GROUP: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    ATOMIC: tl.constexpr,
-    ASM: tl.constexpr,
-    TILE_N: tl.constexpr,
-):
-    # the same words as _int4_rows; the product by fused multiply-adds in float32, one
-    # accumulator per row (BLOCK_M rows: 1 or 2) shaped as the words, summed at the end
-    # (a program's BLOCK_N columns are part of one TILE_N-wide tile of the words)
-    tl.static_assert(BLOCK_M <= 2)
-    tl.static_assert(TILE_N % BLOCK_N == 0)
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    tile = pid_n * BLOCK_N // TILE_N
-    within = pid_n * BLOCK_N % TILE_N + tl.arange(0, BLOCK_N)
-    word_rows = tl.arange(0, BLOCK_K // 8)
-    acc0 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-    acc1 = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-    start = pid_k * k_per_split
-    for k0 in range(start, tl.minimum(start + k_per_split, k), BLOCK_K):
-        first = ((tile * (k // BLOCK_K) + k0 // BLOCK_K) * (BLOCK_K // 8)) * TILE_N
-        words = tl.load(w_ptr + first + word_rows[:, None] * TILE_N + within[None, :]).to(
-            tl.uint32, bitcast=True
-        )  # [BLOCK_K / 8, BLOCK_N]
-        g = k0 // GROUP
-        s = tl.load(sz_ptr + (g * n + cols) * 2).to(tl.float32)[None, :]
-        z = tl.load(sz_ptr + (g * n + cols) * 2 + 1).to(tl.float32)[None, :]
-        q = _less_eight(words, ASM)
-        acc0 = _row_product(acc0, x_ptr, q, s, z, k0, BLOCK_K // 8)
-        if BLOCK_M > 1:  # two rows
-            acc1 = _row_product(acc1, x_ptr + k, q, s, z, k0, BLOCK_K // 8)
-    _vec_out(out_ptr, tl.sum(acc0, 0), n, cols, ATOMIC)
-    if BLOCK_M > 1:
-        _vec_out(out_ptr + n, tl.sum(acc1, 0), n, cols, ATOMIC)
-
-
-@triton.jit  # type: ignore[untyped-decorator]
-def _vec_out(out_row, total, n, cols, ATOMIC: tl.constexpr):  # type: ignore[no-untyped-def]
-    """One row's ``[BLOCK_N]`` sums into the output: added when the inner dimension is
-    split, else stored."""
-    if ATOMIC:
-        tl.atomic_add(out_row + cols, total, mask=cols < n)
-    else:
-        tl.store(out_row + cols, total.to(out_row.dtype.element_ty), mask=cols < n)
-
-
 def pack(q: torch.Tensor) -> torch.Tensor:
     """int32 ``[n, k]`` of values 0..15 → int32 ``[k / 8, n]``, row ``8 w + j`` of column
     ``c`` in nibble ``j`` of word ``[w, c]``."""
@@ -354,16 +218,12 @@ def int4_rows(
     split_k: int,
     block_n: int,
     stages: int,
-    vec_rows: int,
-    vec_split: int,
-    vec_block_n: int,
 ) -> torch.Tensor:
     """``x @ W.T`` for ``x`` ``[m, k]`` (``m`` at most :data:`MAX_ROWS`), ``W`` from
     :func:`tile`'s ``words`` and torch's ``scales_and_zeros[k / g, n, 2]``
     (``W = (q - 8) s + z'``). One operator, which ``torch.compile`` calls as it is: the
-    Triton kernels (:func:`launch`) on CUDA, the dequantized weight's product on the CPU."""
-    vec = (vec_rows, vec_split, vec_block_n)
-    return launch(x, words, scales_and_zeros, group, split_k, block_n, stages, *vec)
+    Triton kernel (:func:`launch`) on CUDA, the dequantized weight's product on the CPU."""
+    return launch(x, words, scales_and_zeros, group, split_k, block_n, stages)
 
 
 @int4_rows.register_kernel("cpu")  # type: ignore[misc]
@@ -397,56 +257,37 @@ def launch(
     split_k: int,
     block_n: int,
     stages: int,
-    vec_rows: int = 0,
-    vec_split: int = 1,
-    vec_block_n: int = 0,
     pairs: bool | None = None,
 ) -> torch.Tensor:
-    """:func:`int4_rows` by the Triton kernels (any device Triton runs on): the vector
-    kernel for up to ``vec_rows`` rows (programs of ``vec_block_n`` columns, default the
-    tile's, ``vec_split`` to the inner dimension), else the tiled one, whose dequantizing
-    ``pairs`` picks (default: :func:`bf16_pairs` for bf16 scales)."""
+    """:func:`int4_rows` by the Triton kernel (any device Triton runs on); ``pairs``
+    (default: :func:`bf16_pairs` for bf16 scales) picks the dequantizing."""
     m, k = x.shape
     n = scales_and_zeros.shape[1]
-    vector = m <= min(vec_rows, VEC_ROWS)
-    splits = vec_split if vector else split_k
-    out = _output(m, n, splits, x)
-    per_split = triton.cdiv(k // BLOCK_K, splits) * BLOCK_K  # whole blocks; the last shorter
-    sizes = (x.contiguous(), words, scales_and_zeros, out, m, n, k, per_split)
-    if vector:
-        columns = vec_block_n or block_n
-        _int4_vec[(n // columns, splits)](
-            *sizes,
-            GROUP=group,
-            BLOCK_M=triton.next_power_of_2(m),
-            BLOCK_N=columns,
-            BLOCK_K=BLOCK_K,
-            ATOMIC=splits > 1,
-            ASM=x.is_cuda,
-            TILE_N=block_n,
-            num_warps=4 if columns >= 64 else 2,
-            num_stages=stages,
-        )
+    shared = split_k > 1
+    if shared:
+        out = torch.zeros(m, n, device=x.device, dtype=torch.float32)
     else:
-        _int4_rows[(n // block_n, splits)](
-            *sizes,
-            GROUP=group,
-            BLOCK_M=MAX_ROWS,
-            BLOCK_N=block_n,
-            BLOCK_K=BLOCK_K,
-            PAIRS=_pairs(pairs, x.device, scales_and_zeros.dtype),
-            ATOMIC=splits > 1,
-            num_warps=4,
-            num_stages=stages,
-        )
-    return out.to(x.dtype) if splits > 1 else out
-
-
-def _output(m: int, n: int, splits: int, x: torch.Tensor) -> torch.Tensor:
-    """The kernels' output: float32 zeros that the splits add into, else ``x``'s dtype."""
-    if splits > 1:
-        return torch.zeros(m, n, device=x.device, dtype=torch.float32)
-    return torch.empty(m, n, device=x.device, dtype=x.dtype)
+        out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    per_split = triton.cdiv(k // BLOCK_K, split_k) * BLOCK_K  # whole blocks; the last shorter
+    _int4_rows[(n // block_n, split_k)](
+        x.contiguous(),
+        words,
+        scales_and_zeros,
+        out,
+        m,
+        n,
+        k,
+        per_split,
+        GROUP=group,
+        BLOCK_M=MAX_ROWS,
+        BLOCK_N=block_n,
+        BLOCK_K=BLOCK_K,
+        PAIRS=_pairs(pairs, x.device, scales_and_zeros.dtype),
+        ATOMIC=shared,
+        num_warps=4,
+        num_stages=stages,
+    )
+    return out.to(x.dtype) if shared else out
 
 
 @int4_rows.register_fake  # type: ignore[misc]
@@ -479,78 +320,11 @@ def keep_copies(model: nn.Module) -> int:
 
 
 def _keep(layers: list[Int4Linear]) -> int:
-    plans: dict[tuple[int, int], Plan] = {}  # by layer shape, as measured
-
-    def measure(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], flush: torch.Tensor) -> int:
-        timed = time_kernels(layer, *copy, flush)
-        timed.log(layer)
-        plans[(layer.in_features, layer.out_features)] = timed.plan
-        return timed.rows_from
-
     def keep(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], rows: int) -> None:
-        words = copy[0]
-        plan = plans[(layer.in_features, layer.out_features)]
+        words, plan = copy
         layer.keep_rows_kernel(words, plan.args(), rows, MAX_ROWS)
 
-    return keep_measured(layers, copy_of, measure, keep, "Triton int4 copies")
-
-
-@dataclass(frozen=True)
-class Timed:
-    """Milliseconds per call of one layer shape by row count (:data:`ROWS`): torch's
-    kernel, the tiled kernel, and the vector kernel at the first few (none when it did not
-    multiply as torch's kernel does) in its fastest sizes, which ``tried`` holds."""
-
-    torch_ms: tuple[float, ...]
-    tiled_ms: tuple[float, ...]
-    vec_ms: tuple[float, ...]
-    tried: Plan = Plan(1, 1)
-
-    @property
-    def plan(self) -> Plan:
-        """The shape's plan: :attr:`tried`'s, the vector kernel up to :attr:`vec_rows`."""
-        return replace(self.tried, vec_rows=self.vec_rows)
-
-    @property
-    def vec_rows(self) -> int:
-        """The most rows up to which the vector kernel beat the tiled one at every row
-        count timed (0: at none)."""
-        most = 0
-        for rows, vec, tiled in zip(ROWS, self.vec_ms, self.tiled_ms, strict=False):
-            if vec >= tiled:
-                break
-            most = rows
-        return most
-
-    @property
-    def triton_ms(self) -> list[float]:
-        """This module's time per row count: the vector kernel's up to :attr:`vec_rows`."""
-        vec = self.vec_ms[: ROWS.index(self.vec_rows) + 1] if self.vec_rows else ()
-        return [*vec, *self.tiled_ms[len(vec) :]]
-
-    @property
-    def rows_from(self) -> int:
-        """The fewest rows from which this module's kernels were faster than torch's at
-        every row count timed (0: never)."""
-        return crossover_rows(ROWS, self.torch_ms, self.triton_ms)
-
-    def log(self, layer: Int4Linear) -> None:
-        log.info(
-            "int4 %dx%d, ms per call by rows %s: torch %s, tiled %s, vector %s "
-            "(%d splits of %d columns)",
-            layer.in_features,
-            layer.out_features,
-            ROWS,
-            _ms(self.torch_ms),
-            _ms(self.tiled_ms),
-            _ms(self.vec_ms),
-            self.tried.vec_split,
-            self.tried.vec_block_n or self.tried.block_n,
-        )
-
-
-def _ms(times: tuple[float, ...]) -> str:
-    return "[" + ", ".join(f"{t:.4f}" for t in times) + "]"
+    return keep_measured(layers, copy_of, _measure, keep, "Triton int4 copies")
 
 
 def copy_of(layer: Int4Linear) -> tuple[torch.Tensor, Plan] | None:
@@ -561,23 +335,13 @@ def copy_of(layer: Int4Linear) -> tuple[torch.Tensor, Plan] | None:
     plan = plan_for(layer.out_features, layer.in_features)
     words = tile(pack(unpack_tinygemm(layer.packed, gather)), plan.block_n)
     probe = torch.randn(8, layer.in_features, device=words.device, dtype=KERNEL_DTYPE)
-    error = _error(layer, words, plan, probe)
+    expected = _torch_kernel(layer, probe).float()
+    got = _triton_kernel(layer, words, plan, probe).float()
+    error = float((got - expected).norm() / expected.norm())
     if not error <= MATCH:  # also NaN
         log.warning("int4 layout not recognised: no Triton copy (relative error %.3g)", error)
         return None
-    vec = replace(plan, vec_rows=VEC_ROWS)
-    vec_error = _error(layer, words, vec, probe[:VEC_ROWS])
-    if not vec_error <= MATCH:
-        log.warning("the int4 vector kernel is off: relative error %.3g", vec_error)
-        return words, plan
-    return words, vec  # the vector kernel may take up to VEC_ROWS rows, as timed
-
-
-def _error(layer: Int4Linear, words: torch.Tensor, plan: Plan, x: torch.Tensor) -> float:
-    """The relative error of this module's product against torch's kernel."""
-    expected = _torch_kernel(layer, x).float()
-    got = _triton_kernel(layer, words, plan, x).float()
-    return float((got - expected).norm() / expected.norm())
+    return words, plan
 
 
 @functools.cache
@@ -596,44 +360,19 @@ def _triton_kernel(
     return out
 
 
-VEC_SPLITS = (1, 2, 4, 8, 16)  # the vector kernel's splits of the inner dimension tried
-VEC_COLUMNS = (32, 64)  # and its programs' widths
-
-
-def time_kernels(layer: Int4Linear, words: torch.Tensor, plan: Plan, flush: torch.Tensor) -> Timed:
-    """Each kernel's time at each of :data:`ROWS` on this layer: the vector one up to
-    ``plan.vec_rows`` rows (:func:`copy_of` set it where it multiplies right), in the
-    sizes of :func:`vec_plans` that were fastest at one row."""
-    tiled = replace(plan, vec_rows=0)
-    torch_ms, tiled_ms = [], []
-    inputs = {
-        rows: torch.randn(rows, layer.in_features, device=flush.device, dtype=KERNEL_DTYPE)
-        for rows in ROWS
-    }
-    for x in inputs.values():
+def _measure(layer: Int4Linear, copy: tuple[torch.Tensor, Plan], flush: torch.Tensor) -> int:
+    words, plan = copy
+    torch_ms, triton_ms = [], []
+    for rows in ROWS:
+        x = torch.randn(rows, layer.in_features, device=flush.device, dtype=KERNEL_DTYPE)
         torch_ms.append(time_ms(functools.partial(_torch_kernel, layer, x), flush))
-        tiled_ms.append(time_ms(functools.partial(_triton_kernel, layer, words, tiled, x), flush))
-    if not plan.vec_rows:
-        return Timed(tuple(torch_ms), tuple(tiled_ms), (), tiled)
-
-    def vec_ms(vec: Plan, rows: int) -> float:
-        return time_ms(functools.partial(_triton_kernel, layer, words, vec, inputs[rows]), flush)
-
-    tried = {vec: vec_ms(vec, 1) for vec in vec_plans(plan, layer.in_features)}
-    best = min(tried, key=tried.__getitem__)
-    times = [tried[best], *(vec_ms(best, rows) for rows in ROWS[1:] if rows <= plan.vec_rows)]
-    return Timed(tuple(torch_ms), tuple(tiled_ms), tuple(times), best)
-
-
-def vec_plans(plan: Plan, k: int) -> list[Plan]:
-    """The vector kernel's sizes to try on a weight of inner dimension ``k``: each of
-    :data:`VEC_COLUMNS` that divides the tile, each split of :data:`VEC_SPLITS` that
-    leaves every split a block."""
-    blocks = k // BLOCK_K
-    return [
-        replace(plan, vec_split=split, vec_block_n=columns)
-        for columns in VEC_COLUMNS
-        if plan.block_n % columns == 0
-        for split in VEC_SPLITS
-        if split <= blocks
-    ]
+        triton_ms.append(time_ms(functools.partial(_triton_kernel, layer, words, plan, x), flush))
+    log.debug(
+        "int4 %dx%d, ms per call by rows %s: torch %s, Triton %s",
+        layer.in_features,
+        layer.out_features,
+        ROWS,
+        torch_ms,
+        triton_ms,
+    )
+    return crossover_rows(ROWS, torch_ms, triton_ms)

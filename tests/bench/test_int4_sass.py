@@ -54,18 +54,3 @@ def test_the_bench_joined_ptx_way_dequantizes_in_bf16_pairs(
         assert config["opcodes"]["HFMA2"] > 0 and config["opcodes"]["HADD2"] > 0
         assert "I2FP" not in config["opcodes"]
         assert config["opcodes"]["HGMMA"] > 0
-
-
-def test_the_vector_kernel_uses_no_tensor_cores_and_no_conversion(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    argv = ["--block-n", "64", "--top", "80", "--vec-rows", "1"]
-    assert load_script("int4_sass").main(argv) == 0
-    for config in json.loads(capsys.readouterr().out)["configs"].values():
-        # each nibble a float32 by the exponent trick (lop3, then one subtract), products
-        # by fused multiply-adds; no integer-to-float conversion, no tensor-core product
-        ops = config["opcodes"]
-        assert ops["LOP3"] > 0 and ops["FADD"] > 0 and ops["FFMA"] > 0
-        assert "I2FP" not in ops and "I2F" not in ops
-        assert "HGMMA" not in ops and "HMMA" not in ops
-        assert config["registers"] <= 64  # many warps per SM to keep the loads in flight

@@ -158,14 +158,11 @@ def test_triton_copies_multiply_as_the_kernel_from_the_measured_rows(cuda: torch
     assert kept == sum(1 for layer in layers if layer.rows_from)
     for layer in layers:
         assert layer.rows_from in (0, *triton_int4.ROWS)
-        vec_rows = layer.rows_plan[3]
         print(f"{layer.out_features}x{layer.in_features}: Triton from {layer.rows_from} rows")
-        print(f"  vector kernel up to {vec_rows} rows")
         if not layer.rows_from:
             continue
         assert layer.rows_to == triton_int4.MAX_ROWS
-        assert vec_rows in (0, 1, 2)
-        for rows in {layer.rows_from, max(vec_rows, layer.rows_from), triton_int4.MAX_ROWS}:
+        for rows in (layer.rows_from, triton_int4.MAX_ROWS):
             x = torch.randn(rows, layer.in_features, device=cuda, dtype=torch.bfloat16)
             kernel = torch._weight_int4pack_mm(x, layer.packed, 128, layer.scales_and_zeros)
             cosine = nn.functional.cosine_similarity(
@@ -201,33 +198,3 @@ def test_the_bf16_pair_dequantizing_multiplies_as_the_float_one(
             got = triton_int4.launch(*args, pairs=pairs).float().cpu()
             worst = float((got - want).abs().max() / want.abs().max())
             assert worst < 1e-2, (pairs, rows, worst)
-
-
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_the_vector_kernel_multiplies_as_the_dequantized_weight(
-    cuda: torch.device, split_k: int
-) -> None:
-    """The vector kernel (its PTX unpacking) gives the dequantized weight's product for
-    one and two rows, whole or split, as the tiled kernel does."""
-    from qwen_ui.engine import triton_int4
-
-    torch.manual_seed(6)
-    n, k, group = 512, 1024, 128
-    q = torch.randint(0, 16, (n, k), dtype=torch.int32)
-    scales = torch.rand(k // group, n) * 0.02 + 0.001
-    zeros = (8.0 - torch.randint(0, 16, (k // group, n))) * scales
-    sz = torch.stack([scales, zeros], dim=-1).to(torch.bfloat16)
-    per_k = sz.float().repeat_interleave(group, dim=0)
-    weight = (q.t().float() - 8.0) * per_k[..., 0] + per_k[..., 1]  # [k, n]
-    words = triton_int4.tile(triton_int4.pack(q), 64).to(cuda)
-    for rows in (1, 2):
-        x = torch.randn(rows, k, dtype=torch.bfloat16)
-        want = x.float() @ weight
-        args = (x.to(cuda), words, sz.to(cuda), group, split_k, 64, 3)
-        vector = triton_int4.launch(*args, vec_rows=2, vec_split=split_k).float().cpu()
-        narrow = triton_int4.launch(*args, 2, split_k, 32).float().cpu()  # half tiles
-        tiled = triton_int4.launch(*args, vec_rows=0).float().cpu()
-        for got in (vector, narrow, tiled):
-            worst = float((got - want).abs().max() / want.abs().max())
-            assert worst < 1e-2, (rows, worst)
-        assert float((vector - tiled).abs().max() / want.abs().max()) < 1e-2

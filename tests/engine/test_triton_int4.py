@@ -4,7 +4,6 @@ sizes here; its products on the CPU through Triton's interpreter, in a process o
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -22,11 +21,9 @@ from tests.engine.support import awq_quantize
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The Triton kernels through the interpreter (float32: the interpreter mishandles bf16)
-# against the dequantized weight, for a 5-block inner dimension over 1, 2 and 3 splits (the
-# last split shorter) and 64- and 32-column blocks: the tiled kernel at 1, 5 and 16 rows,
-# the vector kernel (without its PTX, which the interpreter does not run; programs of 32
-# columns, within the tile) at 1 and 2.
+# The Triton kernel through the interpreter (float32: the interpreter mishandles bf16) against
+# the dequantized weight, for a 5-block inner dimension over 1, 2 and 3 splits (the last
+# split shorter) and 64- and 32-column blocks.
 INTERPRETED = textwrap.dedent(
     """
     import json, torch
@@ -49,16 +46,6 @@ INTERPRETED = textwrap.dedent(
             got = triton_int4.launch(x, words, sz, group, *plan.args())
             key = f"{plan.split_k}x{plan.block_n}@{rows}"
             worst[key] = float((got - want).abs().max() / want.abs().max())
-        # programs of 32 columns of the tile, splits as the tiled kernel's
-        vec = triton_int4.Plan(
-            plan.split_k, plan.block_n, vec_rows=2, vec_split=plan.split_k, vec_block_n=32
-        )
-        for rows in (1, 2):
-            x = torch.randn(rows, k)
-            want = x @ weight
-            got = triton_int4.launch(x, words, sz, group, *vec.args())
-            key = f"vector-{plan.split_k}x{plan.block_n}@{rows}"
-            worst[key] = float((got - want).abs().max() / want.abs().max())
     print(json.dumps(worst))
     """
 )
@@ -76,7 +63,7 @@ def test_the_kernel_multiplies_as_the_dequantized_weight() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     worst = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(worst) == 3 * (3 + 2)
+    assert len(worst) == 3 * 3
     assert all(diff < 1e-5 for diff in worst.values()), worst
 
 
@@ -113,56 +100,6 @@ def test_a_layer_sends_its_row_range_to_the_operator() -> None:
         assert (layer(x) - exact).abs().max() <= 2e-2 * exact.abs().max()
     layer.drop_rows_kernel()
     assert layer.rows_from == 0 and not hasattr(layer, "rows_words")
-
-
-def test_a_layer_sends_its_fewest_rows_to_the_vector_kernel() -> None:
-    """With a plan whose ``vec_rows`` is 2, one and two rows go through the operator (its
-    vector kernel on CUDA), as the tiled rows do; its repr says so."""
-    torch.manual_seed(2)
-    layer, nibbles, weight = cpu_layer(128, 640)
-    plan = triton_int4.Plan(2, 64, vec_rows=2)
-    layer.keep_rows_kernel(triton_int4.tile(triton_int4.pack(nibbles), 64), plan.args(), 1, 16)
-    assert "Triton from 1 to 16 rows (vector kernel up to 2)" in repr(layer)
-    sz = layer.scales_and_zeros
-    for rows in (1, 2, 3):
-        flat = torch.randn(rows, 640).to(torch.bfloat16)
-        want = torch.ops.qwen_ui.int4_rows(flat, layer.rows_words, sz, 128, *plan.args())
-        assert torch.equal(layer(flat.float()), want.float()), rows
-        exact = flat.float() @ weight
-        assert (want.float() - exact).abs().max() <= 2e-2 * exact.abs().max()
-
-
-def test_the_vector_kernel_takes_the_rows_where_it_beat_the_tiled_one() -> None:
-    """The rows up to which the vector kernel was faster than the tiled one at every row
-    count timed; the layer's crossover against torch's kernel over the faster of the two."""
-    timed = triton_int4.Timed(
-        torch_ms=(2.0, 2.1, 3.0, 4.9, 8.2),
-        tiled_ms=(2.7, 2.7, 2.7, 2.8, 2.9),
-        vec_ms=(1.2, 1.6),
-    )
-    assert timed.vec_rows == 2
-    assert timed.triton_ms == [1.2, 1.6, 2.7, 2.8, 2.9]
-    assert timed.rows_from == 1  # faster than torch's kernel at every row count
-    slower = triton_int4.Timed(timed.torch_ms, timed.tiled_ms, vec_ms=(2.5, 2.9))
-    assert slower.vec_rows == 1  # beaten by the tiled kernel at 2 rows: 1 only
-    assert slower.triton_ms == [2.5, 2.7, 2.7, 2.8, 2.9]
-    assert slower.rows_from == 4  # torch's kernel is faster at 1 and 2 rows
-    none = triton_int4.Timed(timed.torch_ms, timed.tiled_ms, vec_ms=())
-    assert none.vec_rows == 0 and none.rows_from == 4
-
-
-def test_the_vector_kernel_tries_the_sizes_that_fit() -> None:
-    plan = triton_int4.Plan(4, 64, vec_rows=2)
-    tried = triton_int4.vec_plans(plan, 3584)  # 28 blocks of the inner dimension
-    assert {(p.vec_block_n, p.vec_split) for p in tried} == {
-        (c, s) for c in (32, 64) for s in (1, 2, 4, 8, 16)
-    }
-    assert all(p.split_k == 4 and p.block_n == 64 and p.vec_rows == 2 for p in tried)
-    narrow = triton_int4.vec_plans(triton_int4.Plan(1, 32, vec_rows=2), 256)  # 2 blocks
-    assert {(p.vec_block_n, p.vec_split) for p in narrow} == {(32, 1), (32, 2)}
-    timed = triton_int4.Timed((1.0, 1.0), (2.0, 2.0), (0.5,), tried[3])
-    assert timed.plan == dataclasses.replace(tried[3], vec_rows=1)
-    assert timed.plan.args() == (4, 64, 3, 1, tried[3].vec_split, tried[3].vec_block_n)
 
 
 def test_untile_gives_the_nibbles_back() -> None:

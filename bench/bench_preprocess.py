@@ -1,11 +1,13 @@
 """The image processor's work for a batch of questions (Qwen2.5-VL's processor: resize,
 rescale, normalise, patch), three ways in one process on the same images: the processor's
 own batch on the host (``batch``), :func:`qwen_ui.engine.pipelines.patches` with one image
-per thread on the host as the engine does with a CUDA model (``threads``), and the
-processor on the GPU (``cuda``, for comparison; its patches differ from the host's).
+per thread on the host (``threads``), the engine's way with a CUDA model
+(:func:`qwen_ui.engine.patching.device_patches`: resized on the host one image per thread,
+the rest on the device; ``split``), and the processor wholly on the GPU (``cuda``, for
+comparison; its patches differ from the host's).
 
     python bench/bench_preprocess.py                        # on the H200
-    python bench/bench_preprocess.py --ways batch,threads   # CPU check
+    python bench/bench_preprocess.py --ways batch,threads,split   # CPU check
 
 Prints one JSON object: per image count, the median milliseconds of each way (the patches
 copied to the model's device, as the vision tower takes them), the ratio of ``batch`` to
@@ -29,6 +31,7 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from qwen_ui.engine.patching import device_patches
 from qwen_ui.engine.pipelines import patch_threads, patches
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL's published processor limits
@@ -48,12 +51,14 @@ def timed(
     processor: Any, batch: list[Image.Image], way: str, target: str, args: argparse.Namespace
 ) -> Any:
     size = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
-    threads = args.threads if way == "threads" else 1
+    threads = args.threads if way in ("threads", "split") else 1
     reps = args.reps
     times, pixels = [], None
     for _ in range(reps + 1):
         start = time.perf_counter()
-        if way == "cuda":
+        if way == "split":
+            pixels = device_patches(processor, batch, size, torch.device(target), threads)[0]
+        elif way == "cuda":
             pixels = processor(images=batch, size=size, return_tensors="pt", device="cuda")[
                 "pixel_values"
             ]
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--counts", default="1,8,16")
     parser.add_argument("--size", default="1024x768")
-    parser.add_argument("--ways", default="batch,threads,cuda")
+    parser.add_argument("--ways", default="batch,threads,split,cuda")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=patch_threads())  # the engine's
     args = parser.parse_args(argv)

@@ -62,6 +62,7 @@ command_for() {
     concurrency-a10) echo "python3 bench/bench_concurrency.py --a10 --users 16,32 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     concurrency-batch16) echo "python3 bench/bench_concurrency.py --users 8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --peer max_batch=16 --workdir $W" ;;
     concurrency-dense-ab) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --peer dense_weight_share=0.25 --workdir $W" ;;
+    patching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_patching.py" ;;
     batching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q -x tests/engine/test_batching_gpu.py" ;;
     preprocess) echo "python3 bench/bench_preprocess.py" ;;
     int4-triton) echo "python3 bench/bench_int4_triton.py" ;;
@@ -78,7 +79,7 @@ command_for() {
 cap_for() {
     case $1 in
     vision | batching-dense) echo 150 ;; vision-compiled) echo 240 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
-    gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;;
+    gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;; patching-gputests) echo 90 ;;
     admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
     qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac

@@ -25,7 +25,7 @@ import transformers
 from PIL import Image
 from transformers import AutoProcessor, PreTrainedModel
 
-from qwen_ui.engine import vision
+from qwen_ui.engine import patching, vision
 from qwen_ui.engine.boxes import GROUNDING_TOKENS, family_of
 from qwen_ui.engine.cache import Embedding
 from qwen_ui.engine.dense_weights import keep_dense_copies
@@ -104,12 +104,19 @@ class VisionPipeline:
         )
 
     def preprocess(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The processor's ``(pixel_values, image_grid_thw)`` for ``images``, on the host:
-        with the model on CUDA one image per thread (:func:`patches`), the host's cores
-        being otherwise idle; with the model on the CPU in this thread, whose cores the
-        model's own threads need."""
-        threads = 1 if self.device.type != "cuda" else patch_threads()
-        return patches(self.image_processor, images, self.size, threads)
+        """The processor's ``(pixel_values, image_grid_thw)`` for ``images``. With the
+        model on CUDA each image is resized on the host in a thread of its own, the host's
+        cores being otherwise idle, and rescaled, normalised and cut into patches on the
+        device (:mod:`~qwen_ui.engine.patching`; the whole pass on the host, one image per
+        thread, for a processor that cannot be split); with the model on the CPU the
+        whole pass runs in this thread, whose cores the model's own threads need."""
+        if self.device.type != "cuda":
+            return patches(self.image_processor, images, self.size, 1)
+        if patching.splits(self.image_processor):
+            return patching.device_patches(
+                self.image_processor, images, self.size, self.device, patch_threads()
+            )
+        return patches(self.image_processor, images, self.size, patch_threads())
 
     def encode(self, image: Image.Image) -> Embedding:
         return self.encode_many([image])[0]

@@ -8,7 +8,15 @@ import torch
 from PIL import Image
 
 from qwen_ui.engine.errors import UnsupportedModel
-from qwen_ui.engine.pipelines import Loaded, ModelSpec, Pipelines, Turn, expand_image_ids, messages
+from qwen_ui.engine.pipelines import (
+    Loaded,
+    ModelSpec,
+    Pipelines,
+    Turn,
+    expand_image_ids,
+    messages,
+    patches,
+)
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.store import ModelStore
 from tests.engine.conftest import TINY_ID
@@ -53,18 +61,14 @@ def test_expand_image_ids_widens_each_placeholder() -> None:
 
 
 def test_patches_made_one_image_per_thread_are_the_processors(loaded: Loaded) -> None:
-    """With the model on CUDA the images' patches are made one per thread: the same bytes,
-    in the same order, as the processor's own batch (mixed sizes: different grids)."""
+    """A processor that cannot be split (on CUDA) makes the images' patches one per
+    thread: the same bytes, in the same order, as the processor's own batch (mixed sizes:
+    different grids)."""
     vision = loaded.vision
     noise = Image.effect_noise((90, 70), 60).convert("RGB")
     images = [noise, *IMAGES, noise.transpose(Image.Transpose.ROTATE_90)]
     batch = vision.image_processor(images=images, size=vision.size, return_tensors="pt")
-    on_host = vision.device
-    try:
-        vision.device = torch.device("cuda")  # the path the model's device picks; no GPU used
-        pixels, grid = vision.preprocess(images)
-    finally:
-        vision.device = on_host
+    pixels, grid = patches(vision.image_processor, images, vision.size, threads=3)
     assert torch.equal(grid, batch["image_grid_thw"])
     assert torch.equal(pixels, batch["pixel_values"])
     assert len({tuple(g.tolist()) for g in grid}) > 1

@@ -80,7 +80,7 @@ cap_for() {
     case $1 in
     vision | batching-dense) echo 150 ;; vision-compiled) echo 240 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;; patching-gputests) echo 90 ;;
-    admission) echo 500 ;; batching-profile | batching-profile-short | concurrency) echo 330 ;;
+    admission) echo 500 ;; batching-profile | batching-profile-short) echo 330 ;; concurrency) echo 450 ;;
     qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac
 }

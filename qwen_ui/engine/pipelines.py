@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -170,8 +169,7 @@ def patches(
 
     if threads <= 1 or len(images) <= 1:
         return one(images)
-    with ThreadPoolExecutor(min(threads, len(images)), thread_name_prefix="patches") as pool:
-        parts = list(pool.map(lambda image: one([image]), images))
+    parts = patching.each_image(lambda image: one([image]), images, threads)
     return torch.cat([p for p, _ in parts]), torch.cat([g for _, g in parts])
 
 

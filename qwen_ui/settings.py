@@ -191,7 +191,7 @@ class Settings(BaseSettings):
         "newcomers join the running batch between decode steps, their images encoded and "
         "their prompts prefilled together, and each decode step is one forward call over "
         "the batch's shared KV cache. 1 = one request at a time through the single-request "
-        "decode loop, the only one decode_mode and prefill_graph_rows apply to.",
+        "decode loop, the only one decode_mode applies to.",
     )
     batch_prefill_tokens: int = Field(
         0,
@@ -234,7 +234,8 @@ class Settings(BaseSettings):
         description="With a static cache on CUDA, replay the language model's prefill of "
         "prompts of up to this many tokens from CUDA graphs recorded per 64-token length "
         "bucket (the first prompt of a bucket records it, about two eager passes): one "
-        "launch instead of hundreds. "
+        "launch instead of hundreds. With max_batch > 1, for a newcomer that joins the "
+        "batch alone (newcomers joining together are prefilled in one padded pass). "
         "Their shared memory pool and staging buffers are kept out of the request budget. "
         "0 = off; 'auto' = 4096 on CUDA; ignored on the CPU.",
     )

@@ -42,8 +42,10 @@ from qwen_ui.engine.generate import (
     Prompt,
     SamplingOptions,
     cache_length,
+    prompt_positions,
     sample_on_device,
 )
+from qwen_ui.engine.prefill_graphs import PrefillGraphs
 from qwen_ui.engine.slots import SlotCache, step_mask
 
 log = logging.getLogger(__name__)
@@ -168,7 +170,10 @@ class Batch(Generic[E]):
     recorded at the first cache length run ``compile_step(model)`` in place of the model's
     eager forward (:mod:`~qwen_ui.engine.decode_graphs`). With ``arrivals``, newcomers
     wait up to ``join_wait_s`` after the first of them entered while questions are
-    still on their way and there are slots for them."""
+    still on their way and there are slots for them. With ``lone_prefill`` (the model's
+    recorded prefills, :mod:`~qwen_ui.engine.prefill_graphs`, or None), a newcomer that
+    joins alone and whose prompt fits is prefilled by replaying a recorded graph (one
+    launch, where the padded pass is launched kernel by kernel)."""
 
     def __init__(
         self,
@@ -181,6 +186,7 @@ class Batch(Generic[E]):
         compile_step: Callable[[PreTrainedModel], Callable[..., Any]] | None = None,
         arrivals: Arrivals | None = None,
         join_wait_s: float = 0.0,
+        lone_prefill: Callable[[PreTrainedModel], PrefillGraphs | None] | None = None,
     ) -> None:
         self.limit = limit
         self.prepare = prepare
@@ -191,6 +197,7 @@ class Batch(Generic[E]):
         self.compile_step = compile_step
         self.arrivals = arrivals
         self.join_wait_s = join_wait_s
+        self.lone_prefill = lone_prefill
         self._waiting_since = 0.0  # when the first of the waiting newcomers entered
         self.cache = SlotCache(limit)
         self._graphs: DecodeGraphs | None = None
@@ -261,9 +268,25 @@ class Batch(Generic[E]):
 
     def _start(self, sequences: list[Sequence]) -> None:
         """Prefill the newcomers together (their first chunk now, with
-        ``prefill_tokens``)."""
+        ``prefill_tokens``), or a lone one from a recorded graph."""
+        if len(sequences) == 1 and self._replayed_alone(sequences[0]):
+            return
         self._prefilling = Prefill(self.model_of(), sequences)
         self._continue()
+
+    def _replayed_alone(self, seq: Sequence) -> bool:
+        """Prefill ``seq`` from a recorded graph and let it join, when there are graphs,
+        its prompt fits them, and it needs no chunking; else False (nothing done)."""
+        model = self.model_of()
+        graphs = self.lone_prefill(model) if self.lone_prefill else None
+        if graphs is None or not graphs.fits(seq.prompt):
+            return False
+        if self.prefill_tokens and seq.prompt.length > self.prefill_tokens:
+            return False  # chunked, so that the running answers pause less
+        positions, seq.rope_delta = prompt_positions(model, seq.prompt)
+        logits = graphs.replay(seq.prompt, positions)
+        self._install([seq], graphs.staged(seq.prompt.length), logits)
+        return True
 
     def _continue(self) -> None:
         """The next chunk of the prefill under way; once complete, its sequences join."""

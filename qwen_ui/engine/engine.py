@@ -277,9 +277,11 @@ class Engine:
                 compile_step=batched_step if self.fast_path.compile_decode else None,
                 arrivals=self.arrivals,
                 join_wait_s=settings.batch_join_wait_ms / 1000,
+                lone_prefill=self._lone_prefill if self.fast_path.prefill_graph_rows else None,
             )
         self.worker = Worker(stepper=self.batch)
         self._decoder: Decoder | None = None
+        self._lone_graphs: PrefillGraphs | None = None
         image_checks.raise_pil_guard(settings.max_image_pixels)
 
     # --- life cycle --------------------------------------------------------------------
@@ -666,6 +668,13 @@ class Engine:
             self._decoder = Decoder.build(model, self.settings)
         d = self._decoder
         return Generation(model, prompt, sampling, "static", d.pool, d.step, d.graphs)
+
+    def _lone_prefill(self, model: PreTrainedModel) -> PrefillGraphs:
+        """The batch's recorded prefills for newcomers that join alone, per model (the
+        worker's, as the one-request path's are)."""
+        if self._lone_graphs is None or self._lone_graphs.model is not model:
+            self._lone_graphs = PrefillGraphs(model, self.fast_path.prefill_graph_rows)
+        return self._lone_graphs
 
     def _load(self, job: Job[WorkResult], timings: dict[str, float]) -> None:
         if not self.pipelines.is_loaded:

@@ -85,18 +85,27 @@ def placement(settings: Settings, device: torch.device | None = None) -> Placeme
     path = fast_path(settings, device.type)
     batch = batch_limit(settings)
     dense = dense_limit(settings, device)
-    if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop
+    rows = path.prefill_graph_rows
+    graph_rows = bucket_rows(rows) if rows else 0
+    if batch > 1:  # continuous batching: slot caches of CACHE_BUCKET steps, no static loop;
+        # recorded prefills for newcomers that join alone
         rows_kernel = device.type == "cuda" and settings.triton_int4 in (True, "auto")
         return Placement(
-            device.type, False, CACHE_BUCKET, 0, batch, path.compile_decode, dense, rows_kernel
+            device.type,
+            False,
+            CACHE_BUCKET,
+            graph_rows,
+            batch,
+            path.compile_decode,
+            dense,
+            rows_kernel,
         )
     static = path.decode_mode == "static"
-    rows = path.prefill_graph_rows
     return Placement(
         device=device.type,
         static_decode=static,
         cache_bucket=CACHE_BUCKET if static else 0,
-        graph_rows=bucket_rows(rows) if rows else 0,
+        graph_rows=graph_rows,
         dense_limit=dense,
     )
 

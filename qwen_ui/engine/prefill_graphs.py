@@ -107,14 +107,29 @@ class PrefillGraphs:
     def prefill(self, prompt: Prompt, positions: torch.Tensor, cache: StaticCache) -> torch.Tensor:
         """The logits of the prompt's last position ``[1, vocab]``; its keys and values end
         up in ``cache`` (positions ``0 .. length - 1``), as an eager prefill leaves them."""
+        logits = self.replay(prompt, positions)
+        self._stage_into(cache, prompt.length)
+        return logits
+
+    def replay(self, prompt: Prompt, positions: torch.Tensor) -> torch.Tensor:
+        """The logits of the prompt's last position ``[1, vocab]``; its keys and values stay
+        in the staging buffers (:meth:`staged`) until the next replay."""
         self._write_inputs(prompt, positions)
         rows = bucket_rows(prompt.length)
         if rows not in self._replays:
             self._replays[rows] = self._recorded(rows)
             log.info("prefill graph recorded for %d rows", rows)
-        logits = self._replays[rows]()
-        self._stage_into(cache, prompt.length)
-        return logits
+        return self._replays[rows]()
+
+    def staged(self, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The last replay's keys and values of positions ``0 .. length - 1``, per layer
+        ``[1, heads, length, dim]`` (views of the staging buffers)."""
+        out = []
+        for staging in self.layers:
+            assert staging.staged is not None
+            keys, values = staging.staged
+            out.append((keys[:, :, :length], values[:, :, :length]))
+        return out
 
     # --- inputs -------------------------------------------------------------------------
     def _write_inputs(self, prompt: Prompt, positions: torch.Tensor) -> None:

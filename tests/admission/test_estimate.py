@@ -385,10 +385,11 @@ def test_batching_placement_and_budget(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(facts, "batch_limit", lambda _settings: 8)
     where = facts.placement(settings, torch.device("cuda"))
     assert (where.batch_limit, where.batch_graphs, where.static_decode) == (8, True, False)
-    assert where.graph_rows == 0 and graph_reserve(where, _defaults_7b()) == 0
+    # the recorded prefills of newcomers that join alone, out of the budget
+    assert where.graph_rows == 4096 and graph_reserve(where, _defaults_7b()) > 0
     assert pool_reserve(settings, where) == settings.static_cache_pool_bytes  # idle slots
     cpu = facts.placement(settings, torch.device("cpu"))
-    assert (cpu.batch_limit, cpu.batch_graphs) == (8, False)
+    assert (cpu.batch_limit, cpu.batch_graphs, cpu.graph_rows) == (8, False, 0)
 
 
 async def _answered(engine: Engine, request: Any, streaming: asyncio.Event) -> str:

@@ -23,6 +23,7 @@ from qwen_ui.engine.generate import (
     run,
 )
 from qwen_ui.engine.pipelines import Loaded, Turn
+from qwen_ui.engine.prefill_graphs import PrefillGraphs
 from qwen_ui.engine.slots import SlotCache, slot_bucket, step_mask
 from tests.engine.conftest import scene_images
 
@@ -450,3 +451,66 @@ def test_a_chunked_prefill_lets_the_running_sequences_decode_meanwhile(loaded: L
     drain(batch)
     for client in [first, *later]:
         assert client.outcome == expect_alone(loaded, client)
+
+
+class Recorded:
+    """The model's recorded prefills for the batch (the CPU's path: the padded pass
+    without a capture), counting the prompts they replayed."""
+
+    def __init__(self, loaded: Loaded, rows: int) -> None:
+        self.graphs = PrefillGraphs(loaded.language.model, rows, record=False)
+        self.replayed: list[int] = []
+        replay = self.graphs.replay
+
+        def counted(prompt: Prompt, positions: torch.Tensor) -> torch.Tensor:
+            self.replayed.append(prompt.length)
+            return replay(prompt, positions)
+
+        self.graphs.replay = counted  # type: ignore[method-assign]
+
+    def __call__(self, model: torch.nn.Module) -> PrefillGraphs:
+        assert model is self.graphs.model
+        return self.graphs
+
+
+def test_a_lone_newcomer_replays_a_recorded_prefill(loaded: Loaded) -> None:
+    """Newcomers that join alone, to an idle batch or a running one, take the recorded
+    prefill and give their tokens alone; newcomers joining together take the padded pass,
+    and so does a prompt longer than the graphs' rows."""
+    first, second, *together = greedy_clients(loaded, caps=[20, 14, 9, 6])
+    recorded = Recorded(loaded, 1024)
+    model = loaded.language.model
+    make = lambda clients: [c.make() for c in clients]  # noqa: E731
+    batch: Batch[Client] = Batch(8, make, lambda: model, lone_prefill=recorded)
+    batch.enter(first)
+    batch.step()
+    assert recorded.replayed == [first.prompt.length] and len(first.streamed) == 1
+    batch.step()
+    batch.enter(second)  # alone, into the running batch
+    batch.step()
+    assert recorded.replayed == [first.prompt.length, second.prompt.length]
+    for client in together:
+        batch.enter(client)
+    drain(batch)
+    assert len(recorded.replayed) == 2
+    for client in [first, second, *together]:
+        assert client.outcome == expect_alone(loaded, client), client.prompt.length
+    short = Recorded(loaded, 64)  # shorter than any prompt with an image
+    batch = Batch(8, make, lambda: model, lone_prefill=short)
+    long = greedy_clients(loaded)[0]
+    batch.enter(long)
+    drain(batch)
+    assert short.replayed == [] and long.outcome == expect_alone(loaded, long)
+
+
+def test_a_lone_newcomer_past_the_chunk_is_prefilled_in_chunks(loaded: Loaded) -> None:
+    client = greedy_clients(loaded, caps=[8, 8, 8, 8])[0]
+    recorded = Recorded(loaded, 1024)
+    model = loaded.language.model
+    make = lambda clients: [c.make() for c in clients]  # noqa: E731
+    batch: Batch[Client] = Batch(8, make, lambda: model, prefill_tokens=20, lone_prefill=recorded)
+    batch.enter(client)
+    batch.step()
+    assert batch._prefilling is not None and recorded.replayed == []
+    drain(batch)
+    assert client.outcome == expect_alone(loaded, client)

@@ -8,7 +8,9 @@ Prints one JSON object: per image set, the median milliseconds of each path, the
 and the largest difference between the two outputs. ``--compiled`` adds a third path:
 the batched attention with each block's norms and MLP compiled by Inductor (dynamic
 shapes); ``--profile`` adds the batched path's kernels by category (``torch.profiler``,
-one forward), to see where the tower's time goes. The grid of each image follows the
+one forward), to see where the tower's time goes. ``--padded`` adds the engine's CUDA
+path: the batched attention with the MLPs padded to whole 16-byte rows
+(``vision.pad_mlps``, on a copy of the tower). The grid of each image follows the
 processor's resize (``smart_resize``, 14 px patches, 2x2 merge, the published pixel
 limits).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import statistics
 import sys
@@ -82,7 +85,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(model: Any, sizes: list[tuple[int, int]], args: argparse.Namespace) -> dict[str, Any]:
+def measure(
+    model: Any, padded: Any | None, sizes: list[tuple[int, int]], args: argparse.Namespace
+) -> dict[str, Any]:
     grid = torch.tensor([grid_of(w, h) for w, h in sizes], device=args.device)
     width = 3 * 2 * 14 * 14
     pixels = torch.randn(int(grid.prod(-1).sum()), width, device=args.device, dtype=model.dtype)
@@ -115,6 +120,33 @@ def measure(model: Any, sizes: list[tuple[int, int]], args: argparse.Namespace) 
         result["compiled_speedup"] = round(batched_ms / compiled_ms, 2)
         result["compiled_max_abs_diff"] = float((stock.float() - compiled.float()).abs().max())
     vision.uninstall(holder)
+    if padded is not None:
+        result |= measure_padded(padded, grid, pixels, stock, batched_ms, args)
+    return result
+
+
+def measure_padded(
+    padded: Any,
+    grid: torch.Tensor,
+    pixels: torch.Tensor,
+    stock: torch.Tensor,
+    batched_ms: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The batched attention on the tower whose MLPs :func:`vision.pad_mlps` widened."""
+
+    def forward() -> torch.Tensor:
+        with torch.inference_mode():
+            return padded(pixels, grid_thw=grid).pooler_output  # type: ignore[no-any-return]
+
+    padded_ms, out = timed(forward, args.device, args.reps, args.warmup)
+    result: dict[str, Any] = {
+        "padded_ms": round(padded_ms, 2),
+        "padded_speedup": round(batched_ms / padded_ms, 2),
+        "padded_max_abs_diff": float((stock.float() - out.float()).abs().max()),
+    }
+    if args.profile:
+        result["padded_profile"] = profiled(forward, args.device)
     return result
 
 
@@ -159,6 +191,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
     p.add_argument("--compiled", action="store_true", help="also norms and MLPs compiled")
     p.add_argument("--profile", action="store_true", help="kernels by category, one forward")
+    p.add_argument("--padded", action="store_true", help="also the MLPs padded (engine, CUDA)")
     args = p.parse_args(argv)
     args.device = torch.device(args.device)
     return args
@@ -169,8 +202,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = tower(args.arch, args.depth, args.device, dtype)
     result: dict[str, Any] = {"arch": args.arch, "depth": model.config.depth}
     result |= {"device": str(args.device), "dtype": str(dtype), "reps": args.reps}
+    padded = copy.deepcopy(model) if args.padded else None
+    if padded is not None:
+        holder = _Holder(padded)
+        result["padded_mlps"] = vision.pad_mlps(holder)
+        vision.install(holder)
     for name in args.sets.split(","):
-        result[name] = measure(model, SETS[name], args)
+        result[name] = measure(model, padded, SETS[name], args)
     return result
 
 

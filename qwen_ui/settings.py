@@ -146,8 +146,9 @@ class Settings(BaseSettings):
     vision_attention: Literal["batched", "stock"] = Field(
         "batched",
         description="Vision tower attention: 'batched' attends every window of a layer in "
-        "one call; 'stock' keeps transformers' per-window loop (flash-attention models "
-        "keep their own single call either way).",
+        "one call and, on CUDA, pads MLP widths to whole 16-byte rows (zero weights, for "
+        "cuBLAS's aligned kernels); 'stock' keeps transformers' per-window loop and widths "
+        "(flash-attention models keep their own single call either way).",
     )
     prefill_dequant_rows: int = Field(
         256,

@@ -383,6 +383,8 @@ class Pipelines:
             _keep_triton_copies(model)  # after load: checked and timed on its layers
         if self.spec.vision_attention == "batched":
             vision.install(model)
+            if device.type == "cuda":
+                vision.pad_mlps(model)  # the aligned matmul kernels
         return Loaded(
             VisionPipeline(processor, model, self.spec),
             LanguagePipeline(processor, model),

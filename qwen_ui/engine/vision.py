@@ -1,4 +1,5 @@
-"""A faster vision-tower attention: one SDPA call per group of equal-length windows.
+"""A faster vision tower: one SDPA call per group of equal-length windows, and MLP widths
+padded to whole 16-byte rows.
 
 Without flash-attn, transformers' Qwen2-VL, Qwen2.5-VL and Qwen3-VL vision attention loops
 over the windows in Python (one SDPA call per 8x8-patch window: about 60 for a 1024x768
@@ -10,10 +11,19 @@ padding and no mask; the grouping is built once per forward for each distinct
 ``cu_seqlens`` tensor (one host sync instead of one per layer). Same maths as the stock
 loop: ``tests/engine/test_vision.py`` compares the towers' outputs;
 ``bench/bench_vision.py`` measures the two in one process.
+
+Qwen2.5-VL's vision MLPs are 3,420 wide: a row of 3,420 bf16 values is not a multiple of
+16 bytes, so cuBLAS runs their three matmuls on its 2-byte-aligned kernels, at about a
+third of the aligned ones' pace (the two were 111 of the 8-image tower's 255 ms on the
+H200). :func:`pad_mlps` widens each MLP to the next multiple of 8 with zero weights: the
+new hidden units get zero input weights and bias, and the down projection gives them zero
+weight, so the output is the stock one's sum with a few more zero terms. On CUDA the
+rotary embedding is :mod:`~qwen_ui.engine.vision_rope`'s kernel (the same bits).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Callable
@@ -22,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 Rotary = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -97,7 +108,7 @@ def batched_attention(
 
 
 def _forward(module: Any, layouts: Layouts) -> Callable[..., torch.Tensor]:
-    rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
+    stock = sys.modules[type(module).__module__].apply_rotary_pos_emb_vision
 
     def forward(
         hidden_states: torch.Tensor,
@@ -106,9 +117,19 @@ def _forward(module: Any, layouts: Layouts) -> Callable[..., torch.Tensor]:
         **_: Any,
     ) -> torch.Tensor:
         layout = layouts.get(cu_seqlens)
+        rotary = _kernel_rotary() if hidden_states.is_cuda else stock
         return batched_attention(module, hidden_states, layout, position_embeddings, rotary)
 
     return forward
+
+
+@functools.cache
+def _kernel_rotary() -> Rotary:
+    """The stock rotary's maths in one Triton kernel per tensor (imported on first use:
+    Triton comes with CUDA builds of torch)."""
+    from qwen_ui.engine import vision_rope
+
+    return vision_rope.rotate
 
 
 def vision_blocks(model: Any) -> list[Any]:
@@ -138,3 +159,61 @@ def uninstall(model: Any) -> None:
     """Back to the stock attention."""
     for block in vision_blocks(model):
         block.attn.__dict__.pop("forward", None)
+
+
+ALIGN = 8  # bf16 values in 16 bytes: cuBLAS's fast kernels want rows of whole 16 bytes
+# each MLP class's (input projections, output projection), by attribute name
+MLP_PARTS = (
+    (("gate_proj", "up_proj"), "down_proj"),
+    (("fc1",), "fc2"),
+    (("linear_fc1",), "linear_fc2"),
+)
+
+
+def pad_mlps(model: Any) -> int:
+    """Widen each vision block's MLP to a multiple of :data:`ALIGN` hidden units (zero
+    weights, so the block's output stays the stock one's); returns how many were
+    widened."""
+    widened = 0
+    for block in vision_blocks(model):
+        widened += _pad_mlp(block.mlp)
+    return widened
+
+
+def _pad_mlp(mlp: nn.Module) -> int:
+    for inputs, output in MLP_PARTS:
+        if not all(isinstance(getattr(mlp, n, None), nn.Linear) for n in (*inputs, output)):
+            continue
+        extra = -getattr(mlp, output).in_features % ALIGN
+        if not extra:
+            return 0
+        for name in inputs:
+            setattr(mlp, name, _more_outputs(getattr(mlp, name), extra))
+        setattr(mlp, output, _more_inputs(getattr(mlp, output), extra))
+        return 1
+    return 0
+
+
+def _more_outputs(linear: nn.Linear, extra: int) -> nn.Linear:
+    """``linear`` with ``extra`` more outputs, each of zero weight and bias."""
+    weight = F.pad(linear.weight.detach(), (0, 0, 0, extra))
+    bias = None if linear.bias is None else F.pad(linear.bias.detach(), (0, extra))
+    return _linear(weight, bias)
+
+
+def _more_inputs(linear: nn.Linear, extra: int) -> nn.Linear:
+    """``linear`` taking ``extra`` more inputs, each of zero weight."""
+    weight = F.pad(linear.weight.detach(), (0, extra))
+    bias = None if linear.bias is None else linear.bias.detach()
+    return _linear(weight, bias)
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    out_features, in_features = weight.shape
+    linear = nn.Linear(
+        in_features, out_features, bias=bias is not None, device="meta", dtype=weight.dtype
+    )
+    linear.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        linear.bias = nn.Parameter(bias, requires_grad=False)
+    return linear

@@ -107,3 +107,44 @@ def test_a_layout_built_ahead_is_used_for_its_tensor() -> None:
     layouts.put(moved, ahead)
     assert layouts.get(moved) is ahead
     assert [g.tolist() for g in ahead.groups] == [[[4, 5]], [[0, 1, 2, 3]]]
+
+
+def unaligned_qwen2_5_vl() -> Any:
+    """A Qwen2.5-VL tower whose MLPs are 100 wide (as the real ones' 3,420, not a multiple
+    of 8)."""
+    from transformers import Qwen2_5_VLConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+        Qwen2_5_VisionTransformerPretrainedModel,
+    )
+
+    config = Qwen2_5_VLConfig(**modelcfg.config_dict()).vision_config
+    config.intermediate_size = 100
+    return Qwen2_5_VisionTransformerPretrainedModel._from_config(config)
+
+
+def test_padded_mlps_give_the_stock_output() -> None:
+    torch.manual_seed(0)
+    tower = unaligned_qwen2_5_vl().float().eval()
+    model = SimpleNamespace(model=SimpleNamespace(visual=tower), config=tower.config)
+    stock = run(tower)
+    assert vision.pad_mlps(model) == len(tower.blocks)
+    mlp = tower.blocks[0].mlp
+    assert (mlp.gate_proj.out_features, mlp.up_proj.out_features) == (104, 104)
+    assert mlp.down_proj.in_features == 104
+    assert not mlp.gate_proj.weight[100:].any() and not mlp.down_proj.weight[:, 100:].any()
+    assert not mlp.up_proj.bias[100:].any()
+    padded = run(tower)
+    for a, b in zip(stock, padded, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (a - b).abs().max()
+    assert vision.pad_mlps(model) == 0  # already aligned
+
+
+@pytest.mark.parametrize("build", [qwen2_5_vl, qwen2_vl, qwen3_vl])
+def test_aligned_mlps_are_left_alone(build: Any) -> None:
+    tower = build()
+    model = SimpleNamespace(model=SimpleNamespace(visual=tower), config=tower.config)
+    before = [dict(block.mlp.named_parameters()) for block in tower.blocks]
+    assert vision.pad_mlps(model) == 0
+    after = [dict(block.mlp.named_parameters()) for block in tower.blocks]
+    for a, b in zip(before, after, strict=True):
+        assert a.keys() == b.keys() and all(a[k] is b[k] for k in a)

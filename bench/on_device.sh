@@ -47,6 +47,7 @@ command_for() {
     batching-compiled) echo "python3 bench/profile_batching.py --rows 1,8 --variants graph,graph-compiled,graph-compiled-bmm --compiled-rows 1,8 --steps 16 --workdir $W" ;;
     qwen3-concurrency) echo "python3 bench/bench_concurrency.py --arch qwen3-8b --users 1,8 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     qwen3-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_gpu_qwen3.py" ;;
+    estimate-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/admission -W default -m gpu -q -s tests/admission/test_estimate_gpu.py" ;;
     admission) echo "python3 bench/bench_admission_gpu.py --deadline-s 240 --prefill-dequant-rows 256 --workdir $W" ;;
     admission-load) echo "python3 bench/bench_admission_gpu.py --phase load --deadline-s 360 --prefill-dequant-rows 256 --workdir $W" ;;
     profile) echo "python3 bench/profile_decode.py --workdir $W" ;;
@@ -82,7 +83,7 @@ cap_for() {
     case $1 in
     vision | batching-dense) echo 150 ;; vision-compiled | vision-padded) echo 240 ;; vision-gputests) echo 90 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;; patching-gputests) echo 90 ;;
-    admission) echo 500 ;; batching-profile | batching-profile-short) echo 330 ;; concurrency) echo 450 ;;
+    admission | estimate-gputests) echo 500 ;; batching-profile | batching-profile-short) echo 330 ;; concurrency) echo 450 ;;
     qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac
 }

@@ -117,10 +117,16 @@ def _forward(module: Any, layouts: Layouts) -> Callable[..., torch.Tensor]:
         **_: Any,
     ) -> torch.Tensor:
         layout = layouts.get(cu_seqlens)
-        rotary = _kernel_rotary() if hidden_states.is_cuda else stock
+        rotary = _kernel_rotary() if kernel_rotary_applies(hidden_states) else stock
         return batched_attention(module, hidden_states, layout, position_embeddings, rotary)
 
     return forward
+
+
+def kernel_rotary_applies(hidden_states: torch.Tensor) -> bool:
+    """Whether the rotary kernel serves this call: on CUDA, without autograd (the kernel
+    has no backward; training, e.g. ``training/train.py``, keeps the stock function)."""
+    return hidden_states.is_cuda and not torch.is_grad_enabled()
 
 
 @functools.cache

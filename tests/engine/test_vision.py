@@ -148,3 +148,15 @@ def test_aligned_mlps_are_left_alone(build: Any) -> None:
     after = [dict(block.mlp.named_parameters()) for block in tower.blocks]
     for a, b in zip(before, after, strict=True):
         assert a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+
+
+def test_the_rotary_kernel_serves_cuda_inference_only() -> None:
+    """The kernel has no backward: with autograd on (training) the stock rotary runs."""
+    on_cuda = SimpleNamespace(is_cuda=True)
+    with torch.no_grad():
+        assert vision.kernel_rotary_applies(on_cuda)  # type: ignore[arg-type]
+        assert not vision.kernel_rotary_applies(torch.zeros(1))
+    with torch.inference_mode():
+        assert vision.kernel_rotary_applies(on_cuda)  # type: ignore[arg-type]
+    with torch.enable_grad():
+        assert not vision.kernel_rotary_applies(on_cuda)  # type: ignore[arg-type]

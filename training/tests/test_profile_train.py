@@ -16,6 +16,7 @@ def test_training_steps_are_profiled(capsys: pytest.CaptureFixture[str]) -> None
     assert float(str(result["steps_per_s"])) > 0
     assert 0 <= float(str(result["data_wait_share"])) < 1
     assert result["host_syncs"] is None
+    assert result["graphs_compiled"] == {"warmup": 0, "timed_steps": 0}  # no --compile
     categories = result["by_category"]
     assert isinstance(categories, dict) and categories["bf16 matmul"]["calls_per_step"] > 0
 

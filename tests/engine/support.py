@@ -7,7 +7,10 @@ The AWQ tensors are packed and named with ``qwen_ui.engine.awq_format``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -327,3 +330,20 @@ def force_answer(monkeypatch: pytest.MonkeyPatch, engine: Engine, text: str) -> 
 
     monkeypatch.setattr(engine_module, "run", fake_run)
     monkeypatch.setattr(engine, "batch", None)  # the single-request loop, which calls ``run``
+
+
+def interpreted(code: str) -> Any:
+    """Run ``code`` in a process of its own under Triton's interpreter (chosen when Triton
+    is first imported, so not in this one) from the repository root; the JSON value of
+    its last line of output."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

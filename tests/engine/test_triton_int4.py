@@ -4,12 +4,7 @@ sizes here; its products on the CPU through Triton's interpreter, in a process o
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -17,9 +12,7 @@ from torch import nn
 from qwen_ui.engine import triton_int4
 from qwen_ui.engine.awq import Int4Linear
 from qwen_ui.engine.awq_format import dequantize, pack_columns, unpack_columns
-from tests.engine.support import awq_quantize
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.engine.support import awq_quantize, interpreted
 
 # The Triton kernel through the interpreter (float32: the interpreter mishandles bf16) against
 # the dequantized weight, for a 5-block inner dimension over 1, 2 and 3 splits (the last
@@ -52,17 +45,7 @@ INTERPRETED = textwrap.dedent(
 
 
 def test_the_kernel_multiplies_as_the_dequantized_weight() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", INTERPRETED],
-        cwd=ROOT,
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    worst = json.loads(done.stdout.strip().splitlines()[-1])
+    worst = interpreted(INTERPRETED)
     assert len(worst) == 3 * 3
     assert all(diff < 1e-5 for diff in worst.values()), worst
 

@@ -4,17 +4,12 @@ its own (float32: the interpreter mishandles bf16); on the GPU in bf16, bit for 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.engine.support import interpreted
 
 # q and k as the tower's attention takes them (views of one qkv tensor), 16 heads of 80 (the
 # 7B tower's; a half of 40 is not a power of two) and 3 heads of 8, over 7 tokens
@@ -40,17 +35,7 @@ INTERPRETED = textwrap.dedent(
 
 
 def test_the_kernel_rotates_as_transformers() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", INTERPRETED],
-        cwd=ROOT,
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True] * 6
+    assert interpreted(INTERPRETED) == [True] * 6
 
 
 @pytest.mark.gpu

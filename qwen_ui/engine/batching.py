@@ -143,6 +143,35 @@ class Delivery:
             self.seq.on_finish(self.outcome)
 
 
+@dataclass
+class Launched:
+    """A queued decode step: its sequences (in row order) and their next tokens on the
+    device; on CUDA, a copy to pinned host memory queued behind the step, so that
+    waiting for these tokens does not wait for a step queued after it."""
+
+    seqs: list[Sequence]
+    tokens: torch.Tensor
+    host: torch.Tensor | None = None
+    done: torch.cuda.Event | None = None
+
+    @classmethod
+    def of(cls, seqs: list[Sequence], tokens: torch.Tensor) -> Launched:
+        if tokens.device.type != "cuda":
+            return cls(seqs, tokens)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        done.record()
+        return cls(seqs, tokens, host, done)
+
+    def values(self) -> list[int]:
+        """The tokens, once the step is done."""
+        if self.host is None or self.done is None:
+            return [int(t) for t in self.tokens.tolist()]
+        self.done.synchronize()
+        return [int(t) for t in self.host.tolist()]
+
+
 class Entrant(Protocol):
     """A request waiting to join, as the engine hands it over."""
 
@@ -164,16 +193,18 @@ class Batch(Generic[E]):
     With ``graphs``, decode steps on CUDA replay CUDA graphs recorded per batch-size
     bucket (:class:`~qwen_ui.engine.decode_graphs.DecodeGraphs`), and the cache holds
     ``limit`` slots from the start (growing it records them again). With
-    ``prefill_tokens``, newcomers prefilled together pass at most that many prompt
-    positions (all of them together) per step boundary, the rest at the next ones. With
+    ``prefill_tokens``, newcomers joining running sequences pass at most that many prompt
+    positions (all of them together) per step boundary, the rest at the next ones; with
+    none running they pass in one go. With
     ``compile_step`` (e.g. :func:`~qwen_ui.engine.generate.batched_step`), the steps
     recorded at the first cache length run ``compile_step(model)`` in place of the model's
     eager forward (:mod:`~qwen_ui.engine.decode_graphs`). With ``arrivals``, newcomers
     wait up to ``join_wait_s`` after the first of them entered while questions are
     still on their way and there are slots for them. With ``lone_prefill`` (the model's
     recorded prefills, :mod:`~qwen_ui.engine.prefill_graphs`, or None), a newcomer that
-    joins alone and whose prompt fits is prefilled by replaying a recorded graph (one
-    launch, where the padded pass is launched kernel by kernel)."""
+    joins alone and whose prompt fits (and, beside running sequences, needs no chunking)
+    is prefilled by replaying a recorded graph (one launch, where the padded pass is
+    launched kernel by kernel)."""
 
     def __init__(
         self,
@@ -205,11 +236,14 @@ class Batch(Generic[E]):
         self.running: list[Sequence] = []  # in slot order
         self._deliveries: list[Delivery] = []  # the last step's, reported during the next
         self._prefilling: Prefill | None = None  # newcomers whose prefill goes on
+        self._pending: Launched | None = None  # a replayed step whose tokens are not read
 
     # --- the worker's view ----------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.running or self._deliveries or self._prefilling)
+        return bool(
+            self.waiting or self.running or self._deliveries or self._prefilling or self._pending
+        )
 
     @property
     def room(self) -> int:
@@ -235,7 +269,14 @@ class Batch(Generic[E]):
         """One step boundary: admit the newcomers that fit, then one decode step. The
         step is launched before the previous step's tokens are reported (detokenized and
         sent), so on CUDA that host work overlaps the device's; the host then waits for
-        the step's tokens and decides who ends."""
+        the step's tokens and decides who ends. Replayed steps run one ahead: while the
+        running sequences stay the same, the next step is fed the tokens of the one
+        before it on the device and queued before the host waits for those tokens, so
+        the device does not wait for the host between steps."""
+        pending, self._pending = self._pending, None
+        if pending is not None and self._changing():
+            self._settle_guarded(pending)  # the host's view first: the sequences change
+            pending = None
         if self._prefilling is not None:
             self._guarded(self._prefilling.seqs, self._continue)
         elif self.waiting and self._holding():
@@ -244,13 +285,30 @@ class Batch(Generic[E]):
         elif self.waiting:
             self._admit()
         self._drop_cancelled()
-        launched = self._guarded(list(self.running), self._launch) if self.running else None
+        if pending is not None and pending.seqs != self.running:
+            self._settle_guarded(pending)  # fed from the host: its last tokens first
+            pending = None
+        launched = self._guarded(list(self.running), lambda: self._launch(pending))
+        launched = launched if self.running else None
         self._report()
+        if pending is not None:
+            self._settle_guarded(pending)
         if launched is not None:
-            seqs, tokens = launched
-            self._guarded(seqs, lambda: self._settle(seqs, tokens))
+            if self._graphed(self.model_of()):
+                self._pending = launched  # read at the next boundary, after the next launch
+            else:
+                self._settle_guarded(launched)
         if not self.busy and self.cache.nbytes > self.keep_bytes:
             self.cache.clear()
+
+    def _changing(self) -> bool:
+        """Whether this boundary may change the running sequences before its step (a
+        prefill goes on, newcomers join, or one was cancelled)."""
+        joining = bool(self.waiting) and not self._holding()
+        return self._prefilling is not None or joining or any(s.cancelled() for s in self.running)
+
+    def _settle_guarded(self, launched: Launched) -> None:
+        self._guarded(launched.seqs, lambda: self._settle(launched))
 
     # --- joining --------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -281,7 +339,7 @@ class Batch(Generic[E]):
         graphs = self.lone_prefill(model) if self.lone_prefill else None
         if graphs is None or not graphs.fits(seq.prompt):
             return False
-        if self.prefill_tokens and seq.prompt.length > self.prefill_tokens:
+        if self.running and self.prefill_tokens and seq.prompt.length > self.prefill_tokens:
             return False  # chunked, so that the running answers pause less
         positions, seq.rope_delta = prompt_positions(model, seq.prompt)
         logits = graphs.replay(seq.prompt, positions)
@@ -292,7 +350,9 @@ class Batch(Generic[E]):
         """The next chunk of the prefill under way; once complete, its sequences join."""
         prefill, self._prefilling = self._prefilling, None
         assert prefill is not None
-        columns = max(1, self.prefill_tokens // len(prefill.seqs)) if self.prefill_tokens else 0
+        columns = 0  # with no answer running, nothing waits for the rest: all at once
+        if self.prefill_tokens and self.running:
+            columns = max(1, self.prefill_tokens // len(prefill.seqs))
         prefill.advance(columns)
         if prefill.complete:
             self._install(prefill.seqs, prefill.kv, prefill.logits())
@@ -309,31 +369,38 @@ class Batch(Generic[E]):
             self.cache.write(len(self.running), kv, row, seq.prompt.length)
             seq.length = seq.prompt.length
             self.running.append(seq)
-        self._settle(group, _pick(group, logits))
+        self._settle(Launched(group, _pick(group, logits)))
         self._report()  # the first tokens at once
 
     # --- decoding -------------------------------------------------------------------------
     @torch.inference_mode()
-    def _launch(self) -> tuple[list[Sequence], torch.Tensor]:
-        """Queue a decode step over the running sequences; their next tokens, on the
-        device."""
+    def _launch(self, chain: Launched | None = None) -> Launched | None:
+        """Queue a decode step over the running sequences (None: none run); with
+        ``chain``, the last step queued over the same sequences, whose tokens are not
+        read yet, the step it is fed from on the device."""
+        if not self.running:
+            return None
         model = self.model_of()
         seqs = list(self.running)
-        step = self._replayed if self._graphed(model) else self._eager
-        tokens = _pick(seqs, step(model, seqs))
+        logits = None
+        if chain is not None and self._graphed(model) and self._graphs is not None:
+            logits = self._graphs.chained(chain.tokens)
+        if logits is None:
+            step = self._replayed if self._graphed(model) else self._eager
+            logits = step(model, seqs)
         for seq in seqs:  # the step wrote each one's key and value
             seq.length += 1
-        return seqs, tokens
+        return Launched.of(seqs, _pick(seqs, logits))
 
-    def _settle(self, seqs: list[Sequence], tokens: torch.Tensor) -> None:
+    def _settle(self, launched: Launched) -> None:
         """Wait for a step's tokens; each sequence still running takes its own, and the
         ones that end with it leave the batch (their callbacks hear it at :meth:`_report`)."""
-        for seq, token in zip(seqs, tokens.tolist(), strict=True):
-            if seq not in self.running:  # it failed while the step ran
+        for seq, token in zip(launched.seqs, launched.values(), strict=True):
+            if seq not in self.running:  # it ended or failed while the step ran
                 continue
-            outcome = seq.decide(int(token))
+            outcome = seq.decide(token)
             stopped = outcome is not None and outcome.finish_reason == "stop"
-            self._deliveries.append(Delivery(seq, None if stopped else int(token), outcome))
+            self._deliveries.append(Delivery(seq, None if stopped else token, outcome))
             if outcome is not None:
                 self._leave(seq)
 

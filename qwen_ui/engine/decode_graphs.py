@@ -66,6 +66,7 @@ class DecodeGraphs:
         self._pool: Any = None
         self._steps: dict[int, Recorded] = {}
         self._version: int | None = None  # the cache allocation the graphs were recorded on
+        self._last: tuple[Recorded, int] | None = None  # the last step queued, and its rows
 
     @property
     def buckets(self) -> list[int]:
@@ -79,6 +80,7 @@ class DecodeGraphs:
             self._steps.clear()
             self._pool = None  # the dropped graphs' pool may not be shared again
             self._version = self.cache.version
+            self._last = None
         bucket = slot_bucket(n, self.cache.slots)
         pad = [0] * (bucket - n)
         fresh = bucket not in self._steps
@@ -91,6 +93,20 @@ class DecodeGraphs:
             step = self._steps[bucket] = self._recorded(step, bucket)
             kind = "compiled" if step.compiled else "eager"
             log.info("decode graph (%s forward) recorded for %d rows", kind, bucket)
+        self._last = (step, n)
+        return step.replay()[:n, -1, :]
+
+    def chained(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """The step after the last one queued, over the same rows: each fed its token of
+        ``tokens`` (``[n]``, on the device: the last step's, possibly not computed yet) at
+        its next position. None when there is no such step to continue (nothing queued
+        since the cache was allocated)."""
+        if self._last is None or self._version != self.cache.version:
+            return None
+        step, n = self._last
+        step.ids[:n, 0].copy_(tokens)
+        step.positions[:n].add_(1)
+        step.rope[:n].add_(1)
         return step.replay()[:n, -1, :]
 
     def _buffers(self, rows: int) -> Recorded:

@@ -13,6 +13,7 @@ from PIL import Image
 from torch._dynamo.utils import counters
 
 from qwen_ui.engine.batching import Arrivals, Batch, Sequence
+from qwen_ui.engine.decode_graphs import DecodeGraphs
 from qwen_ui.engine.generate import (
     CACHE_BUCKET,
     Generation,
@@ -81,10 +82,24 @@ class Client:
         self.outcome = outcome
 
 
-def batch_for(loaded: Loaded, limit: int = 8, prefill_tokens: int = 0) -> Batch[Client]:
+def batch_for(
+    loaded: Loaded, limit: int = 8, prefill_tokens: int = 0, replayed: bool = False
+) -> Batch[Client]:
+    """A batch of the tiny model; ``replayed``: its steps take the CUDA path (the fixed
+    buffers of :class:`DecodeGraphs`, run one ahead and fed on the device), not captured
+    on the CPU."""
     model = loaded.language.model
     make = lambda clients: [c.make() for c in clients]  # noqa: E731
-    return Batch(limit, make, lambda: model, prefill_tokens=prefill_tokens)
+    batch = Batch(limit, make, lambda: model, prefill_tokens=prefill_tokens)
+    if replayed:
+        setattr(batch, "_graphed", lambda _model: True)  # noqa: B010
+    return batch
+
+
+@pytest.fixture(params=["eager", "replayed"])
+def replayed(request: pytest.FixtureRequest) -> bool:
+    """Both ways a batch steps: eager (the CPU's), replayed (CUDA's, run ahead)."""
+    return bool(request.param == "replayed")
 
 
 def drain(batch: Batch[Client], steps: int = 10_000) -> int:
@@ -108,9 +123,9 @@ def expect_alone(loaded: Loaded, client: Client) -> Outcome:
     return alone(loaded, client.prompt, client.options, client.stops)
 
 
-def test_each_sequence_of_a_batch_gives_its_tokens_alone(loaded: Loaded) -> None:
+def test_each_sequence_of_a_batch_gives_its_tokens_alone(loaded: Loaded, replayed: bool) -> None:
     clients = greedy_clients(loaded)
-    batch = batch_for(loaded)
+    batch = batch_for(loaded, replayed=replayed)
     for client in clients:
         batch.enter(client)
     drain(batch)
@@ -121,9 +136,9 @@ def test_each_sequence_of_a_batch_gives_its_tokens_alone(loaded: Loaded) -> None
     assert not batch.running and not batch.waiting
 
 
-def test_sequences_join_mid_way_and_reuse_freed_slots(loaded: Loaded) -> None:
+def test_sequences_join_mid_way_and_reuse_freed_slots(loaded: Loaded, replayed: bool) -> None:
     clients = greedy_clients(loaded, caps=[3, 20, 11, 7])
-    batch = batch_for(loaded, limit=2)
+    batch = batch_for(loaded, limit=2, replayed=replayed)
     for client in clients:
         batch.enter(client)  # two run, two wait for a free slot
     batch.step()
@@ -137,14 +152,17 @@ def test_sequences_join_mid_way_and_reuse_freed_slots(loaded: Loaded) -> None:
         assert client.outcome == expect_alone(loaded, client)
 
 
-def test_a_newcomer_joins_a_running_batch_at_a_step_boundary(loaded: Loaded) -> None:
+def test_a_newcomer_joins_a_running_batch_at_a_step_boundary(
+    loaded: Loaded, replayed: bool
+) -> None:
     first, *later = greedy_clients(loaded, caps=[24, 5, 30, 6])
-    batch = batch_for(loaded)
+    batch = batch_for(loaded, replayed=replayed)
     batch.enter(first)
     for _ in range(4):
         batch.step()
     # the prefill's token at once, then one per step, each reported during the next step
-    assert len(first.streamed) == 4
+    # (replayed: read one step later, the next one queued first)
+    assert len(first.streamed) == (3 if replayed else 4)
     for client in later:  # one longer than the cache holds: it grows, keeping the runners
         batch.enter(client)
         batch.step()
@@ -153,11 +171,11 @@ def test_a_newcomer_joins_a_running_batch_at_a_step_boundary(loaded: Loaded) -> 
         assert client.outcome == expect_alone(loaded, client)
 
 
-def test_a_cancelled_sequence_leaves_the_others_unchanged(loaded: Loaded) -> None:
+def test_a_cancelled_sequence_leaves_the_others_unchanged(loaded: Loaded, replayed: bool) -> None:
     clients = greedy_clients(loaded, caps=[20, 20, 20, 20])
     clients[1].cancel_after = 3
     clients[1].stops = []  # it runs until cancelled
-    batch = batch_for(loaded)
+    batch = batch_for(loaded, replayed=replayed)
     for client in clients:
         batch.enter(client)
     drain(batch)
@@ -169,11 +187,11 @@ def test_a_cancelled_sequence_leaves_the_others_unchanged(loaded: Loaded) -> Non
         assert client.outcome == expect_alone(loaded, client)
 
 
-def test_caps_and_stop_tokens_are_each_sequences_own(loaded: Loaded) -> None:
+def test_caps_and_stop_tokens_are_each_sequences_own(loaded: Loaded, replayed: bool) -> None:
     clients = greedy_clients(loaded, caps=[2, 16, 5, 16])
     free = alone(loaded, clients[1].prompt, SamplingOptions(16), [])
     clients[1].stops = [free.tokens[4]]  # its own stop token, unknown to the others
-    batch = batch_for(loaded)
+    batch = batch_for(loaded, replayed=replayed)
     for client in clients:
         batch.enter(client)
     drain(batch)
@@ -185,7 +203,7 @@ def test_caps_and_stop_tokens_are_each_sequences_own(loaded: Loaded) -> None:
         assert client.outcome == expect_alone(loaded, client)
 
 
-def test_sampling_with_a_seed_is_reproducible_per_sequence(loaded: Loaded) -> None:
+def test_sampling_with_a_seed_is_reproducible_per_sequence(loaded: Loaded, replayed: bool) -> None:
     stops = loaded.language.stop_ids
     sampled = SamplingOptions(16, temperature=1.5, top_p=0.9, seed=7)
 
@@ -195,7 +213,7 @@ def test_sampling_with_a_seed_is_reproducible_per_sequence(loaded: Loaded) -> No
     runs = []
     for companions in ([], greedy_clients(loaded)[:2], greedy_clients(loaded)[1:]):
         client = seeded()
-        batch = batch_for(loaded)
+        batch = batch_for(loaded, replayed=replayed)
         for other in [*companions[:1], client, *companions[1:]]:
             batch.enter(other)
         drain(batch)
@@ -205,14 +223,14 @@ def test_sampling_with_a_seed_is_reproducible_per_sequence(loaded: Loaded) -> No
     assert runs[0] == expect_alone(loaded, seeded()).tokens
 
 
-def test_a_failing_callback_ends_only_its_sequence(loaded: Loaded) -> None:
+def test_a_failing_callback_ends_only_its_sequence(loaded: Loaded, replayed: bool) -> None:
     clients = greedy_clients(loaded, caps=[10, 10, 10, 10])
     clients[2].stops = []
 
     def boom(_token: int) -> None:
         raise RuntimeError("the client's stream broke")
 
-    batch = batch_for(loaded)
+    batch = batch_for(loaded, replayed=replayed)
     for client in clients:
         batch.enter(client)
     batch.step()  # prefill: the sequences exist now
@@ -232,7 +250,7 @@ def test_a_failing_step_fails_its_sequences_and_the_batch_serves_on(
     batch.enter(clients[0])
     batch.step()
 
-    def broken() -> None:
+    def broken(_chain: object = None) -> None:
         raise RuntimeError("out of memory")
 
     with monkeypatch.context() as patch:
@@ -385,6 +403,36 @@ def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
         assert client.outcome == expect_alone(loaded, client)
 
 
+def test_replayed_steps_run_one_ahead_fed_on_the_device(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the running sequences stay the same, each replayed step is fed the step
+    before it on the device (its tokens not read yet); when one leaves, the next step is
+    fed from the host again, after the step in flight is read."""
+    clients = greedy_clients(loaded, caps=[20, 7, 20, 20])[:2]
+    for client in clients:
+        client.stops = []  # they run to their caps: 20 and 7 tokens
+    batch = batch_for(loaded, replayed=True)
+    chained: list[bool] = []
+    real = DecodeGraphs.chained
+
+    def chain(graphs: DecodeGraphs, tokens: torch.Tensor) -> torch.Tensor | None:
+        logits = real(graphs, tokens)
+        chained.append(logits is not None)
+        return logits
+
+    monkeypatch.setattr(DecodeGraphs, "chained", chain)
+    for client in clients:
+        batch.enter(client)
+    batch.step()
+    assert batch._pending is not None  # the first step's tokens are read at the next one
+    drain(batch)
+    for client in clients:
+        assert client.outcome == expect_alone(loaded, client)
+    # 19 steps: the first and the one after the second client left are fed from the host
+    assert chained.count(True) >= 15 and batch._pending is None
+
+
 def test_the_compiled_step_gives_the_same_tokens_at_its_one_cache_length(
     loaded: Loaded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -431,11 +479,8 @@ def test_a_chunked_prefill_lets_the_running_sequences_decode_meanwhile(loaded: L
     first, *later = greedy_clients(loaded, caps=[40, 8, 12, 6])
     batch = batch_for(loaded, prefill_tokens=60)  # 20 positions per newcomer per step
     batch.enter(first)
-    steps = 0
-    while not first.streamed:  # alone, 60 positions per step
-        batch.step()
-        steps += 1
-    assert steps == -(-first.prompt.length // 60)
+    batch.step()  # alone in an idle batch: nothing to interleave, one pass
+    assert first.streamed and first.prompt.length > 60
     for client in later:
         batch.enter(client)
     chunks = -(-max(c.prompt.length for c in later) // 20)
@@ -503,14 +548,22 @@ def test_a_lone_newcomer_replays_a_recorded_prefill(loaded: Loaded) -> None:
     assert short.replayed == [] and long.outcome == expect_alone(loaded, long)
 
 
-def test_a_lone_newcomer_past_the_chunk_is_prefilled_in_chunks(loaded: Loaded) -> None:
-    client = greedy_clients(loaded, caps=[8, 8, 8, 8])[0]
+def test_a_lone_newcomer_past_the_chunk_is_chunked_beside_running_answers(
+    loaded: Loaded,
+) -> None:
+    """Past ``prefill_tokens``, a lone newcomer replays its recorded prefill into an idle
+    batch (no one waits) but is prefilled in chunks beside a running answer."""
+    running, late = greedy_clients(loaded, caps=[30, 8, 8, 8])[:2]
     recorded = Recorded(loaded, 1024)
     model = loaded.language.model
     make = lambda clients: [c.make() for c in clients]  # noqa: E731
     batch: Batch[Client] = Batch(8, make, lambda: model, prefill_tokens=20, lone_prefill=recorded)
-    batch.enter(client)
+    batch.enter(running)
     batch.step()
-    assert batch._prefilling is not None and recorded.replayed == []
+    assert batch._prefilling is None and len(recorded.replayed) == 1  # idle: replayed
+    batch.enter(late)
+    batch.step()
+    assert batch._prefilling is not None and len(recorded.replayed) == 1  # chunked
     drain(batch)
-    assert client.outcome == expect_alone(loaded, client)
+    for client in [running, late]:
+        assert client.outcome == expect_alone(loaded, client)

@@ -63,11 +63,11 @@ def batch_sizes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     assert engine.batch is not None
     real = Batch._launch
 
-    def launch(batch: Batch[Any]) -> Any:
+    def launch(batch: Batch[Any], chain: Any = None) -> Any:
         sizes.append(len(batch.running))
-        return real(batch)
+        return real(batch, chain)
 
-    monkeypatch.setattr(engine.batch, "_launch", lambda: launch(engine.batch))  # type: ignore[arg-type]
+    monkeypatch.setattr(engine.batch, "_launch", lambda chain=None: launch(engine.batch, chain))
     return sizes
 
 

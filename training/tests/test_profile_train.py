@@ -12,7 +12,12 @@ from training.tests.support import TRAINING
 @pytest.mark.slow
 def test_training_steps_are_profiled(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--device", "cpu", "--batch", "2", "--workers", "0", "--max-pixels", "28224"]
-    result = run_main("profile_train", [*argv, "--warmup", "1", "--steps", "1"], capsys, TRAINING)
+    result = run_main(
+        "profile_train",
+        [*argv, "--warmup", "1", "--steps", "1", "--profiled-steps", "1"],
+        capsys,
+        TRAINING,
+    )
     assert float(str(result["steps_per_s"])) > 0
     assert 0 <= float(str(result["data_wait_share"])) < 1
     assert result["host_syncs"] is None
@@ -27,7 +32,7 @@ def test_a_runs_heads_are_in_the_profiled_step(capsys: pytest.CaptureFixture[str
     heads = "--position-weight 1 --coordinate-weight 1 --pointer-weight 1 --kinds grounding"
     result = run_main(
         "profile_train",
-        [*argv, "--warmup", "1", "--steps", "1", "--train", heads],
+        [*argv, "--warmup", "1", "--steps", "1", "--profiled-steps", "1", "--train", heads],
         capsys,
         TRAINING,
     )

@@ -24,6 +24,9 @@ def test_training_steps_are_profiled(capsys: pytest.CaptureFixture[str]) -> None
     assert result["graphs_compiled"] == {"warmup": 0, "timed_steps": 0}  # no --compile
     categories = result["by_category"]
     assert isinstance(categories, dict) and categories["bf16 matmul"]["calls_per_step"] > 0
+    host = result["host"]
+    assert isinstance(host, dict) and 0 < host["operators_ms_per_step"] <= host["wall_ms_per_step"]
+    assert host["top_operators"][0]["calls_per_step"] > 0
 
 
 @pytest.mark.slow

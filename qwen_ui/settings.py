@@ -195,15 +195,16 @@ class Settings(BaseSettings):
         "decode loop, the only one decode_mode applies to.",
     )
     batch_prefill_tokens: int = Field(
-        2048,
+        1536,
         ge=0,
         le=1_048_576,
         description="With max_batch > 1: the most prompt positions (of all newcomers "
         "together, padded to the longest) prefilled between two decode steps while other "
         "answers are running; a longer prefill continues at the next steps, so running "
         "answers pause for at most that much prefill, and its activations (which admission "
-        "reserves) stay those of one chunk. Newcomers to an idle batch are prefilled in "
-        "one pass. 0 = each prefill in one pass.",
+        "reserves) stay those of one chunk; their images then go through the vision tower "
+        "one at a time. Newcomers to an idle batch are prefilled in one pass. 0 = each "
+        "prefill (and the newcomers' images) in one pass.",
     )
     batch_join_wait_ms: int = Field(
         50,

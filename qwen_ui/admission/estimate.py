@@ -222,24 +222,29 @@ def graph_inputs(request: RequestShape, model: ModelShape) -> int:
     return rows * t.hidden * b + _positions(length, t, b) + _logits(t, b)
 
 
-def eager_prefill(length: int, image_tokens: int, model: ModelShape) -> int:
+def eager_prefill(
+    length: int, image_tokens: int, model: ModelShape, chunk: int = 0, prompts: int = 1
+) -> int:
     """An eager prefill's transients (the KV cache aside): one layer's keys while the cache
     copies, the prompt embeddings and image features, positions, the largest decoder
-    layer's activations, the last position's logits and, for long AWQ prompts, the weight
-    being dequantized."""
+    layer's activations, the last positions' logits (one per prompt) and, for long AWQ
+    prompts, the weight being dequantized. With ``chunk``, the pass goes that many
+    positions at a time: the inputs stay whole, the layer's activations and the
+    dequantizing are one chunk's."""
     t, b = model.text, model.dtype_bytes
+    passed = min(length, chunk) if chunk else length
     kv_copy = length * t.kv_heads * t.head_dim * b  # one layer's keys while the cache copies
     inputs = length * t.hidden * b + 2 * image_tokens * t.hidden * b
     inputs += 2 * model.vision.deepstack_layers * image_tokens * t.hidden * b
     fused = model.fused_projections
-    layer = max(_decoder_attention(length, t, b, fused), _decoder_mlp(length, t, b, fused))
+    layer = max(_decoder_attention(passed, t, b, fused), _decoder_mlp(passed, t, b, fused))
     return (
         kv_copy
         + inputs
         + _positions(length, t, b)
         + layer
-        + _logits(t, b)
-        + _dequant(length, model)
+        + prompts * _logits(t, b)
+        + _dequant(passed, model)
     )
 
 
@@ -332,49 +337,111 @@ def slot_count(rows: int, model: ModelShape) -> int:
     from the start when its decode steps replay graphs, else the next bucket (1, 2, 4, ...)."""
     if model.batch_graphs:
         return max(model.batch_limit, rows)
+    return _bucket(rows, model.batch_limit)
+
+
+def _bucket(rows: int, limit: int) -> int:
+    """The power of two that holds ``rows``, at most ``limit`` (or ``rows``)."""
     bucket = 1
     while bucket < rows:
         bucket *= 2
-    return min(bucket, max(model.batch_limit, rows))
+    return min(bucket, max(limit, rows))
+
+
+def step_rows(rows: int, model: ModelShape) -> int:
+    """The rows a decode step of ``rows`` running sequences computes: a replayed step runs
+    its batch-size bucket (:data:`qwen_ui.engine.slots.SLOT_BUCKETS`), an eager one the rows."""
+    return _bucket(rows, model.batch_limit) if model.batch_graphs else rows
 
 
 def _slot_batch(
     requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
 ) -> int:
     """A continuous batch (:mod:`qwen_ui.engine.slots`): one slot cache of
-    :func:`slot_count` slots, each as long as the longest sequence's cache; while a longer
-    newcomer grows it, the old tensors beside the new. Newcomers (at worst all of them at
-    once) have their images encoded in one pass and are prefilled together, padded to the
-    longest prompt, into a dynamic cache that is then copied into the slots; a decode step
-    runs over the slots' rows. The cache never shrinks while the batch runs: ``rows`` and
-    ``longest`` (cache positions) are the most sequences and the longest cache it held
-    since it was last empty (``rows``: before the last of ``requests`` joined). The slots
-    never outnumber ``batch_limit`` (later requests wait for a free one)."""
+    :func:`slot_count` slots, each as long as the longest sequence's cache. Its peak is the
+    largest of three moments:
+
+    * all of ``requests`` join an idle batch together (:func:`_idle_join`): their images
+      encoded in one pass, then one prefill, then the slots made;
+    * some run (the slot cache made) while the others join (:func:`_running_join`): at
+      worst all but one of them, the largest;
+    * a decode step over the running rows, beside the cache.
+
+    The cache never shrinks while the batch runs: ``rows`` and ``longest`` (cache
+    positions) are the most sequences and the longest cache it held since it was last
+    empty. The slots never outnumber ``batch_limit`` (later requests wait for a free one)."""
     kv_token = model.kv_bytes_per_token
     lengths = sorted([cache_positions(r, model) for r in requests] + ([longest] if longest else []))
-    slots = slot_count(min(max(len(requests), rows), model.batch_limit), model)
-    # the slots the cache had before the last newcomer (0: none, it came alone)
-    before = min(max(rows, len(requests) - 1), model.batch_limit)
-    earlier = slot_count(before, model) if before else 0
+    members = min(max(len(requests), rows), model.batch_limit)
+    slots = slot_count(members, model)
     cache = slots * lengths[-1] * kv_token
-    grown = _grown_from(lengths, slots, earlier) * kv_token
-    padded = len(requests) * max(r.prompt_tokens for r in requests)
-    prefill_kv = kv_token * padded
-    images = sum(r.image_tokens for r in requests)
-    prefill = prefill_kv + eager_prefill(padded, images, model)
+    plain = replace(model, cache_bucket=0)
+    per_row = decode_step(RequestShape(text_tokens=lengths[-1]), plain)
+    step = cache + step_rows(members, model) * per_row
+    joined = _idle_join(requests, model, cache)
+    if len(requests) > 1:
+        joined = max(joined, _running_join(requests, model, lengths, slots, rows))
+    return max(joined, step)
+
+
+def _idle_join(requests: Sequence[RequestShape], model: ModelShape, cache: int) -> int:
+    """Newcomers to an idle batch: their images encoded in one pass; their prefill (a
+    lone one that fits replays a recorded graph: its keys and values are staged in the
+    graphs' pool, out of the budget; else one padded eager pass into a dynamic cache); then
+    the slot cache made beside what the prefill holds while its keys are copied in."""
+    held, work = _prefill(requests, model, running=False)
     vision = _encoded_together([g for r in requests for g in r.encode], model)
-    step = slots * decode_step(
-        RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0)
-    )
-    # a lone sequence is prefilled before any slot exists; a newcomer to a running batch
-    # beside the slots the others hold (counted at the longest length)
+    return max(vision, work, held + cache)
+
+
+def _running_join(
+    requests: Sequence[RequestShape],
+    model: ModelShape,
+    lengths: Sequence[int],
+    slots: int,
+    rows: int,
+) -> int:
+    """Newcomers joining running sequences, beside the slot cache the earlier members made
+    (counted at the longest length): all but the request with the shortest prompt, at
+    worst. With a join chunk (``join_chunk``) their images go through the tower one at
+    a time and their prefill passes a chunk at a time; a newcomer longer than the others
+    grows the cache, the old one alive beside the new while it is copied."""
+    joining = sorted(requests, key=lambda r: (r.prompt_tokens, r.image_tokens))[1:]
+    kv_token = model.kv_bytes_per_token
+    before = min(max(rows, len(requests) - 1), model.batch_limit)
+    earlier = slot_count(before, model)
     existing = earlier * lengths[-1] * kv_token
-    return max(vision + existing, prefill + existing, prefill_kv + cache + grown, cache + step)
+    # a growing cache copies a layer's keys (or values) at a time, the old one then dropped
+    grown = _grown_from(lengths, slots, earlier) * kv_token // (2 * model.text.layers)
+    grids = [g for r in joining for g in r.encode]
+    if model.join_chunk:
+        vision = max((_image_peak(g, model) for g in grids), default=0)
+    else:
+        vision = _encoded_together(grids, model)
+    held, work = _prefill(joining, model, running=True)
+    return max(existing + max(vision, work), held + slots * lengths[-1] * kv_token + grown)
+
+
+def _prefill(joining: Sequence[RequestShape], model: ModelShape, running: bool) -> tuple[int, int]:
+    """Newcomers prefilled together: (the keys and values they hold once done, the pass's
+    peak with them). A lone one whose prompt fits the recorded prefills (beside running
+    sequences: and the join chunk) replays a graph: only its inputs are its own."""
+    longest = max(r.prompt_tokens for r in joining)
+    chunk = model.join_chunk if running else 0
+    if len(joining) == 1 and replayed(longest, model) and not (chunk and longest > chunk):
+        inputs = graph_inputs(joining[0], model)
+        return inputs, inputs
+    padded = len(joining) * longest
+    kv = model.kv_bytes_per_token * padded
+    images = sum(r.image_tokens for r in joining)
+    passed = max(chunk, len(joining)) if chunk else 0  # a column per row at least
+    return kv, kv + eager_prefill(padded, images, model, passed, len(joining))
 
 
 def _grown_from(lengths: Sequence[int], slots: int, earlier: int) -> int:
-    """Positions of the slot cache before its last growth (alive beside the new one while
-    the running sequences' keys and values are copied): the same slots at the longest
+    """Positions of the slot cache before its last growth (one layer of it alive beside
+    the new cache while the running sequences' keys and values are copied, layer by
+    layer: :meth:`qwen_ui.engine.slots.SlotCache.ensure`): the same slots at the longest
     length below the top, or, where the slots grew (no graphs) from ``earlier``, those at
     the top length. Sequences of one length in a graphed cache never grow it."""
     top = lengths[-1]
@@ -398,15 +465,13 @@ def slot_batch_total(
 
 def _batched(request: RequestShape, model: ModelShape) -> Estimate:
     """A request as a batch of one (:func:`_slot_batch`), by phase."""
-    kv_token = model.kv_bytes_per_token
-    cache = slot_count(1, model) * cache_positions(request, model) * kv_token
-    prompt_kv = kv_token * request.prompt_tokens
-    eager = eager_prefill(request.prompt_tokens, request.image_tokens, model)
+    cache = slot_count(1, model) * cache_positions(request, model) * model.kv_bytes_per_token
+    held, work = _prefill([request], model, running=False)
     vision = _encoded_together(request.encode, model)
-    prefill = prompt_kv + max(eager, cache)  # the slots are made once the pass is done
+    prefill = max(work, held + cache)  # the slots are made once the pass is done
     plain = replace(model, cache_bucket=0)
     step = decode_step(RequestShape(text_tokens=cache_positions(request, model)), plain)
-    decode = cache + slot_count(1, model) * step
+    decode = cache + step_rows(1, model) * step
     return Estimate(vision, prefill, decode, parts={"kv_cache": cache})
 
 

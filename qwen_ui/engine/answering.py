@@ -135,16 +135,19 @@ def prepare(
     vision: VisionPipeline,
     language: LanguagePipeline,
     cache: EmbeddingCache,
+    one_by_one: bool = False,
 ) -> list[Sequence]:
     """The newcomers' sequences: cancelled ones end here, the others' images missing from
-    the cache are encoded in one call, their prompts built; one that cannot be built
+    the cache are encoded in one call (``one_by_one``: one call per image, so that the
+    tower's activations are one image's), their prompts built; one that cannot be built
     fails alone."""
     live = [e for e in entrants if not e.cancelled()]
     for entrant in entrants:
         if entrant.cancelled():
             entrant.end_cancelled()
     sequences: list[Sequence] = []
-    for entrant, encoded in zip(live, encode_together(live, vision, cache), strict=True):
+    encoded_all = encode_together(live, vision, cache, one_by_one)
+    for entrant, encoded in zip(live, encoded_all, strict=True):
         try:
             sequences.append(sequence_of(entrant, language, encoded))
         except Exception as exc:
@@ -153,10 +156,11 @@ def prepare(
 
 
 def encode_together(
-    entrants: Seq[Entrant], vision: VisionPipeline, cache: EmbeddingCache
+    entrants: Seq[Entrant], vision: VisionPipeline, cache: EmbeddingCache, one_by_one: bool = False
 ) -> list[Encoded]:
     """Every entrant's embeddings (from the cache, or the vision tower: all misses of all
-    entrants in one call), with a stage event per image."""
+    entrants in one call, or one call each with ``one_by_one``), with a stage event per
+    image."""
     start = time.perf_counter()
     misses: list[tuple[int, int]] = []  # (entrant, image)
     for k, entrant in enumerate(entrants):
@@ -169,7 +173,7 @@ def encode_together(
                 misses.append((k, i))
     images = [entrants[k].plan.images[i].image for k, i in misses]
     parts: dict[str, float] = {}
-    new = vision.encode_many([image for image in images if image is not None], parts)
+    new = _encoded(vision, [image for image in images if image is not None], parts, one_by_one)
     found: list[list[Embedding | None]] = [[p.embedding for p in e.plan.images] for e in entrants]
     fresh: list[list[tuple[CacheKey, Embedding]]] = [[] for _ in entrants]
     for (k, i), embedding in zip(misses, new, strict=True):
@@ -184,6 +188,21 @@ def encode_together(
             entrant.timings["encoding"] = elapsed
             entrant.timings.update(parts)
         out.append(([e for e in found[k] if e is not None], fresh[k]))
+    return out
+
+
+def _encoded(
+    vision: VisionPipeline, images: list[Image.Image], parts: dict[str, float], one_by_one: bool
+) -> list[Embedding]:
+    """``images``' embeddings from one pass of the tower, or one pass each (``parts``:
+    the seconds their patches took, in all)."""
+    if not one_by_one:
+        return vision.encode_many(images, parts)
+    out: list[Embedding] = []
+    for image in images:
+        part: dict[str, float] = {}
+        out += vision.encode_many([image], part)
+        parts["patches"] = round(parts.get("patches", 0.0) + part.get("patches", 0.0), 4)
     return out
 
 

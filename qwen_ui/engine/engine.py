@@ -708,7 +708,13 @@ class Engine:
         job.defer()
 
     def _prepare(self, entrants: list[Entrant]) -> list[BatchSequence]:
-        return prepare(entrants, self.pipelines.vision(), self.pipelines.language(), self.cache)
+        """The newcomers' sequences; beside running answers (with a join chunk), their
+        images go through the tower one at a time, which bounds the activations held
+        beside the batch's cache as admission counts them."""
+        running = self.batch is not None and bool(self.batch.running)
+        one_by_one = running and self.settings.batch_prefill_tokens > 0
+        vision, language = self.pipelines.vision(), self.pipelines.language()
+        return prepare(entrants, vision, language, self.cache, one_by_one)
 
     def _encode(
         self, job: Job[WorkResult], plan: Plan, timings: dict[str, float]

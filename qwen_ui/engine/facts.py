@@ -163,7 +163,12 @@ def read_model(path: Path, snapshot_id: str, settings: Settings, where: Placemen
         where.graph_rows,
     )
     if where.batch_limit > 1:
-        shape = replace(shape, batch_limit=where.batch_limit, batch_graphs=where.batch_graphs)
+        shape = replace(
+            shape,
+            batch_limit=where.batch_limit,
+            batch_graphs=where.batch_graphs,
+            join_chunk=settings.batch_prefill_tokens,
+        )
     weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
     geometry = geometry_of(image_processor, low, high)
     facts = ModelFacts(snapshot_id, shape, geometry, weights, weight_copies(config, where))

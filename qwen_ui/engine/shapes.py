@@ -91,6 +91,9 @@ class ModelShape:
     # together in one slot cache (qwen_ui.engine.slots); 0 = one request at a time
     batch_limit: int = 0
     batch_graphs: bool = False  # the slot cache holds batch_limit slots from the start
+    # newcomers joining running sequences are prefilled at most this many positions per
+    # pass (settings.batch_prefill_tokens; 0 = in one pass)
+    join_chunk: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -114,21 +114,29 @@ class SlotCache:
 
     def ensure(self, rows: int, needed: int, like: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Room for ``rows`` sequences of up to ``needed`` positions; ``like``: one layer's
-        (keys, values) per layer of a prefill, which give heads, dims, dtype and device."""
+        (keys, values) per layer of a prefill, which give heads, dims, dtype and device.
+        A cache that grows does so a layer at a time, each old layer dropped once copied,
+        so that the old cache and the new are never both whole (admission counts one
+        layer of the old beside the new); if that fails part way, the cache is cleared
+        (its sequences fail at their next step) and the error raised."""
         slots = max(self.slots, slot_bucket(rows, self.limit))
         length = max(self.length, cache_length(needed))
         if slots == self.slots and length == self.length:
             return
-        keys, values = [], []
-        for i, (k, v) in enumerate(like):
-            keys.append(_zeros(k, slots, length))
-            values.append(_zeros(v, slots, length))
-            if self.keys:  # the running sequences keep their keys and values
-                keys[i][: self.slots, :, : self.length].copy_(self.keys[i])
-                values[i][: self.slots, :, : self.length].copy_(self.values[i])
-        self.keys, self.values = keys, values
+        old_slots, old_length = self.slots, self.length
+        if not self.keys:
+            self.keys = [_zeros(k, slots, length) for k, _ in like]
+            self.values = [_zeros(v, slots, length) for _, v in like]
+        else:
+            try:
+                for i, (k, v) in enumerate(like):
+                    self.keys[i] = _grown(self.keys[i], k, slots, length, old_slots, old_length)
+                    self.values[i] = _grown(self.values[i], v, slots, length, old_slots, old_length)
+            except Exception:
+                self.clear()
+                raise
         # allocated with the cache, outside any graph capture: a step reads a view of it
-        self.slot_ids = torch.arange(slots, device=keys[0].device)
+        self.slot_ids = torch.arange(slots, device=self.keys[0].device)
         self.version += 1
 
     def write(
@@ -170,6 +178,15 @@ def step_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:
     including ``positions[r]`` (the one its new token is written at)."""
     span = torch.arange(kv_len, device=positions.device)
     return (span.view(1, -1) <= positions.view(-1, 1)).view(-1, 1, 1, kv_len)
+
+
+def _grown(
+    old: torch.Tensor, like: torch.Tensor, slots: int, length: int, rows: int, kept: int
+) -> torch.Tensor:
+    """``old`` (``rows`` slots of ``kept`` positions) copied into a larger zero tensor."""
+    new = _zeros(like, slots, length)
+    new[:rows, :, :kept].copy_(old)
+    return new
 
 
 def _zeros(like: torch.Tensor, slots: int, length: int) -> torch.Tensor:

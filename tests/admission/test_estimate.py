@@ -23,8 +23,11 @@ from qwen_ui.admission.estimate import (
     batch_peak,
     batch_total,
     cache_positions,
+    decode_step,
     estimate,
+    graph_inputs,
     slot_count,
+    step_rows,
 )
 from qwen_ui.admission.tokens import ImageGrid
 from qwen_ui.engine.awq import dequantize_for_kernel
@@ -374,6 +377,41 @@ def test_a_batch_grows_with_its_longest_sequence_and_joint_prefill() -> None:
     # eight sequences share the slots a lone one already holds: less than 8 lone ones,
     # although eight prompts prefilled together hold eight prompts' activations
     assert batch_peak([short] * 8, shape) < 4 * estimate(short, shape).peak
+
+
+def test_a_replayed_step_computes_its_rows_bucket_not_every_slot() -> None:
+    shape = _batching_7b(16, True)
+    assert [step_rows(n, shape) for n in (1, 2, 3, 9, 16)] == [1, 2, 4, 16, 16]
+    assert [step_rows(n, _batching_7b(16, False)) for n in (1, 3, 9)] == [1, 3, 9]
+    request = RequestShape([grid(28)], 784, 100, 1164)  # a 2,048-position slot
+    one = estimate(request, shape)
+    per_row = decode_step(RequestShape(text_tokens=2048), replace(shape, cache_bucket=0))
+    assert one.decode == one.parts["kv_cache"] + per_row  # one row, not sixteen
+
+
+def test_a_lone_replayed_prefill_holds_no_keys_of_its_own() -> None:
+    """Its keys and values are staged in the recorded graphs' pool (out of the budget)
+    and copied into the slots: its prefill phase is the slot cache and its inputs."""
+    shape = replace(_defaults_7b(), batch_limit=16, batch_graphs=True)
+    request = RequestShape([grid(28)], 784, 100, 1164)
+    one = estimate(request, shape)
+    assert one.prefill == one.parts["kv_cache"] + graph_inputs(request, shape)
+    eager = estimate(request, replace(shape, graph_rows=0))
+    assert eager.prefill == one.parts["kv_cache"] + 884 * 56 * 1024  # the prompt's keys too
+
+
+def test_newcomers_beside_a_running_batch_are_bounded_by_the_join_chunk() -> None:
+    """Eight newcomers: together into an idle batch they are prefilled in one pass and
+    the slots made after; beside a running one (at worst seven of them) the chunk bounds
+    the pass's activations and their images go through the tower one at a time."""
+    one_pass = replace(_defaults_7b(), batch_limit=16, batch_graphs=True)
+    chunked = replace(one_pass, join_chunk=1536)
+    request = RequestShape([grid(32)] * 2, 2048, 60, 2048)  # a 4,096-position slot each
+    cache = 16 * 4096 * 56 * 1024
+    prompts = 8 * 2108 * 56 * 1024
+    assert batch_peak([request] * 8, chunked) < batch_peak([request] * 8, one_pass)
+    assert cache + prompts < batch_peak([request] * 8, chunked) < cache + prompts + 2**30
+    assert batch_peak([request], chunked) == batch_peak([request], one_pass)  # alone
 
 
 def test_batching_placement_and_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 from torch._dynamo.utils import counters
 
+from qwen_ui.engine import slots as slots_module
 from qwen_ui.engine.batching import Arrivals, Batch, Sequence
 from qwen_ui.engine.decode_graphs import DecodeGraphs
 from qwen_ui.engine.generate import (
@@ -383,6 +384,30 @@ def test_the_slot_cache_grows_keeping_what_it_holds_and_moves_slots() -> None:
     assert cache.nbytes == 2 * 4 * 2 * 512 * 3 * 4
     cache.clear()
     assert cache.slots == 0 and cache.nbytes == 0
+
+
+def test_a_slot_cache_grows_a_layer_at_a_time_and_is_cleared_if_that_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    like = [(torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)) for _ in range(3)]
+    cache = SlotCache(4)
+    cache.ensure(1, 10, like)
+    cache.write(0, like, 0, 10)
+    made: list[int] = []
+    real = slots_module._zeros
+
+    def zeros(like: torch.Tensor, slots: int, length: int) -> torch.Tensor:
+        made.append(len(made))
+        if len(made) == 4:  # the second layer's values
+            raise RuntimeError("CUDA out of memory")
+        return real(like, slots, length)
+
+    monkeypatch.setattr(slots_module, "_zeros", zeros)
+    version = cache.version
+    with pytest.raises(RuntimeError, match="out of memory"):
+        cache.ensure(1, 600, like)
+    assert len(made) == 4  # the first layer had grown when the second failed
+    assert cache.slots == 0 and cache.version > version  # cleared: no mixed lengths kept
 
 
 def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(

@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True  # as train.run sets it
+    train.attention_kernels()
     rows = [measure(args, device, int(b)) for b in args.batches.split(",")]
     result = {
         **provenance("training/bench_train_step.py", argv, device),

@@ -13,9 +13,10 @@ the limit: this says whether launches, host syncs or kernels set it. With ``--co
 among a run's options it also counts the graphs Dynamo compiled during the warm-up and
 during the timed steps (recompiles there mean new shapes keep coming: runs 42 to 45 took
 0.4 s a step from step 50 to about 500 and 0.22 s after, run 41 0.105 s throughout;
-run 45's step profiled on the H200 took 0.72 s a step with no recompiles and 70 ms of
-kernels: the host sets the pace). ``host`` says how much of a profiled step's wall time
-the host's operators take, and which. Prints one JSON document on stdout.
+run 45's step profiled on the H200 took 0.72 and 1.25 s a step on two hosts with no
+recompiles and 70 ms of kernels: the host set the pace, in cuDNN's attention, now off in
+training: ``train.attention_kernels``). ``host`` says how much of a profiled step's wall
+time the host's operators take, and which. Prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True  # as train.run sets it
+    train.attention_kernels()
     with tempfile.TemporaryDirectory() as out:
         before = compiled_graphs()  # the process may have compiled others (tests)
         steps = Steps(training_args(args, out), device)

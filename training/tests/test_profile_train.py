@@ -4,6 +4,7 @@ their pace, the data wait and the operators' time (host syncs are CUDA-only: non
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.bench.support import run_main
 from training.tests.support import TRAINING
@@ -24,6 +25,7 @@ def test_training_steps_are_profiled(capsys: pytest.CaptureFixture[str]) -> None
     assert result["graphs_compiled"] == {"warmup": 0, "timed_steps": 0}  # no --compile
     categories = result["by_category"]
     assert isinstance(categories, dict) and categories["bf16 matmul"]["calls_per_step"] > 0
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # train.attention_kernels
     host = result["host"]
     assert isinstance(host, dict) and 0 < host["operators_ms_per_step"] <= host["wall_ms_per_step"]
     assert host["top_operators"][0]["calls_per_step"] > 0

@@ -274,12 +274,13 @@ class Batch(Generic[E]):
         before it on the device and queued before the host waits for those tokens, so
         the device does not wait for the host between steps."""
         pending, self._pending = self._pending, None
-        if pending is not None and self._changing():
+        holding = bool(self.waiting) and self._holding()
+        if pending is not None and self._changing(holding):
             self._settle_guarded(pending)  # the host's view first: the sequences change
             pending = None
         if self._prefilling is not None:
             self._guarded(self._prefilling.seqs, self._continue)
-        elif self.waiting and self._holding():
+        elif holding:
             if not self.running:
                 time.sleep(HOLD_POLL_S)  # nothing to step meanwhile
         elif self.waiting:
@@ -301,10 +302,10 @@ class Batch(Generic[E]):
         if not self.busy and self.cache.nbytes > self.keep_bytes:
             self.cache.clear()
 
-    def _changing(self) -> bool:
+    def _changing(self, holding: bool) -> bool:
         """Whether this boundary may change the running sequences before its step (a
-        prefill goes on, newcomers join, or one was cancelled)."""
-        joining = bool(self.waiting) and not self._holding()
+        prefill goes on, newcomers join rather than wait, or one was cancelled)."""
+        joining = bool(self.waiting) and not holding
         return self._prefilling is not None or joining or any(s.cancelled() for s in self.running)
 
     def _settle_guarded(self, launched: Launched) -> None:

@@ -43,8 +43,12 @@ A **batch** of sequences decoding together (:func:`batch_peak`) holds every sequ
 KV cache, plus the larger of one newcomer's own work (its images and prefill: newcomers
 join one at a time between decode steps) and one decode step's transients summed over
 the rows. For a single request that is the request's own peak. With continuous batching
-the sequences share one slot cache (:func:`_slot_batch`); :func:`slot_batch_total` is what
-the controller reserves for such a batch, once (:mod:`qwen_ui.admission.share`).
+the sequences share one slot cache (:func:`_slot_batch`), and the peak is the largest of
+what can happen to it: all members arriving together at an empty batch (one prefill, then
+the slots), some running while the others join beside their cache (a chunk of prefill at a
+time, the running rows' recorded decode steps holding their memory pool meanwhile), and a
+decode step over the running rows' bucket; :func:`slot_batch_total` is what the controller
+reserves for such a batch, once (:mod:`qwen_ui.admission.share`).
 
 Coefficients below count tensors alive at the same moment in transformers' Qwen2.5-VL
 code (``modeling_qwen2_5_vl.py``, 5.x); ``tests/admission/test_estimate.py`` checks the
@@ -354,38 +358,59 @@ def step_rows(rows: int, model: ModelShape) -> int:
     return _bucket(rows, model.batch_limit) if model.batch_graphs else rows
 
 
+@dataclass(frozen=True)
+class _Slots:
+    """A continuous batch's slot cache as :func:`_slot_batch` counts it: ``lengths``, the
+    sorted cache positions of its sequences (the slots are as long as the last); ``slots``
+    once all have joined; ``rows``, the most sequences it held since it was last empty;
+    ``departed``, whether some of those left (their cache stays while the batch is busy);
+    ``per_row``, one row's decode-step transients at its length."""
+
+    lengths: Sequence[int]
+    slots: int
+    rows: int
+    departed: bool
+    per_row: int
+
+    @property
+    def longest(self) -> int:
+        return self.lengths[-1]
+
+
 def _slot_batch(
     requests: Sequence[RequestShape], model: ModelShape, rows: int = 0, longest: int = 0
 ) -> int:
     """A continuous batch (:mod:`qwen_ui.engine.slots`): one slot cache of
     :func:`slot_count` slots, each as long as the longest sequence's cache. Its peak is the
-    largest of three moments:
+    largest of what can happen to it:
 
-    * all of ``requests`` join an idle batch together (:func:`_idle_join`): their images
-      encoded in one pass, then one prefill, then the slots made;
-    * some run (the slot cache made) while the others join (:func:`_running_join`): at
-      worst all but one of them, the largest;
-    * a decode step over the running rows, beside the cache.
+    * all of ``requests`` join an empty batch together (:func:`_idle_join`);
+    * ``k`` of them run while the others join beside their cache (:func:`_join_beside`),
+      for every ``k`` from 1 (at worst the largest others join together); ``k = 0`` too
+      where members left since the batch was last empty (their cache stays while
+      newcomers wait, and none of ``requests`` may be running yet);
+    * a decode step over the running rows beside the cache.
 
-    The cache never shrinks while the batch runs: ``rows`` and ``longest`` (cache
-    positions) are the most sequences and the longest cache it held since it was last
-    empty. The slots never outnumber ``batch_limit`` (later requests wait for a free one)."""
-    kv_token = model.kv_bytes_per_token
+    ``rows`` and ``longest`` (cache positions) are the most sequences and the longest cache
+    the batch held since it was last empty, before the last of ``requests`` joined: the
+    cache never shrinks while the batch is busy. The slots never outnumber ``batch_limit``
+    (later requests wait for a free one)."""
     lengths = sorted([cache_positions(r, model) for r in requests] + ([longest] if longest else []))
     members = min(max(len(requests), rows), model.batch_limit)
     slots = slot_count(members, model)
-    cache = slots * lengths[-1] * kv_token
-    plain = replace(model, cache_bucket=0)
-    per_row = decode_step(RequestShape(text_tokens=lengths[-1]), plain)
-    step = cache + step_rows(members, model) * per_row
-    joined = _idle_join(requests, model, cache)
-    if len(requests) > 1:
-        joined = max(joined, _running_join(requests, model, lengths, slots, rows))
-    return max(joined, step)
+    per_row = decode_step(RequestShape(text_tokens=lengths[-1]), replace(model, cache_bucket=0))
+    departed = bool(longest) or rows > len(requests)
+    batch = _Slots(lengths, slots, rows, departed, per_row)
+    cache = slots * batch.longest * model.kv_bytes_per_token
+    peak = max(_idle_join(requests, model, cache), cache + step_rows(members, model) * per_row)
+    by_size = sorted(requests, key=lambda r: (r.prompt_tokens, r.image_tokens))
+    for running in range(0 if departed else 1, len(requests)):
+        peak = max(peak, _join_beside(by_size[running:], running, batch, model))
+    return peak
 
 
 def _idle_join(requests: Sequence[RequestShape], model: ModelShape, cache: int) -> int:
-    """Newcomers to an idle batch: their images encoded in one pass; their prefill (a
+    """Newcomers to an empty batch: their images encoded in one pass; their prefill (a
     lone one that fits replays a recorded graph: its keys and values are staged in the
     graphs' pool, out of the budget; else one padded eager pass into a dynamic cache); then
     the slot cache made beside what the prefill holds while its keys are copied in."""
@@ -394,32 +419,38 @@ def _idle_join(requests: Sequence[RequestShape], model: ModelShape, cache: int) 
     return max(vision, work, held + cache)
 
 
-def _running_join(
-    requests: Sequence[RequestShape],
-    model: ModelShape,
-    lengths: Sequence[int],
-    slots: int,
-    rows: int,
+def _join_beside(
+    joining: Sequence[RequestShape], running: int, batch: _Slots, model: ModelShape
 ) -> int:
-    """Newcomers joining running sequences, beside the slot cache the earlier members made
-    (counted at the longest length): all but the request with the shortest prompt, at
-    worst. With a join chunk (``join_chunk``) their images go through the tower one at
-    a time and their prefill passes a chunk at a time; a newcomer longer than the others
-    grows the cache, the old one alive beside the new while it is copied."""
-    joining = sorted(requests, key=lambda r: (r.prompt_tokens, r.image_tokens))[1:]
+    """Newcomers ``joining`` a batch whose slot cache exists, while ``running`` sequences
+    decode (0: none any more, members having left while these waited). Beside that cache
+    (counted at the longest length, with the slots of the most sequences that ran): the
+    newcomers' images and prefill (beside running sequences with a join chunk, their
+    images one at a time and their prefill a chunk at a time: :func:`_prefill`); then
+    their keys and values beside the cache as it grows (one old layer beside the new:
+    :func:`_grown_from`). The running sequences decode meanwhile: a replayed step's
+    transients stay allocated in the recorded steps' memory pool (sized for the most rows
+    that ran), beside all of it; an eager step runs between two chunks, beside the
+    newcomers' keys and values."""
     kv_token = model.kv_bytes_per_token
-    before = min(max(rows, len(requests) - 1), model.batch_limit)
-    earlier = slot_count(before, model)
-    existing = earlier * lengths[-1] * kv_token
+    ran = max(running, batch.rows) if batch.departed else running
+    earlier = slot_count(min(ran, model.batch_limit), model)
+    existing = earlier * batch.longest * kv_token
+    cache = batch.slots * batch.longest * kv_token
     # a growing cache copies a layer's keys (or values) at a time, the old one then dropped
-    grown = _grown_from(lengths, slots, earlier) * kv_token // (2 * model.text.layers)
+    grown = _grown_from(batch.lengths, batch.slots, earlier) * kv_token // (2 * model.text.layers)
+    chunked = running > 0 and model.join_chunk > 0
     grids = [g for r in joining for g in r.encode]
-    if model.join_chunk:
+    if chunked:
         vision = max((_image_peak(g, model) for g in grids), default=0)
     else:
         vision = _encoded_together(grids, model)
-    held, work = _prefill(joining, model, running=True)
-    return max(existing + max(vision, work), held + slots * lengths[-1] * kv_token + grown)
+    held, work = _prefill(joining, model, running=running > 0)
+    if model.batch_graphs:
+        pool = step_rows(ran, model) * batch.per_row
+        return pool + max(existing + max(vision, work), held + cache + grown)
+    between = held + step_rows(running, model) * batch.per_row if chunked else 0
+    return max(existing + max(vision, work, between), held + cache + grown)
 
 
 def _prefill(joining: Sequence[RequestShape], model: ModelShape, running: bool) -> tuple[int, int]:

@@ -10,8 +10,9 @@ decode steps every request's peak holds all the slots, so a batch of ``n`` reser
 
 :class:`BatchShare` holds instead what the batch as a whole needs
 (:func:`~qwen_ui.admission.estimate.slot_batch_total`): the slot cache sized for its
-longest member and its most members at once since it was last empty, the decode step over
-the slots, and the newcomers' own work (their images and their prefill together). A request
+longest member and its most members at once since it was last empty, a decode step over
+the running rows, and the newcomers' own work (their images and their prefill) beside it.
+Joining one by one, the share ends at the batch's need for all its members. A request
 joining the batch is charged the growth of that need: its own transient work, plus the
 cache's growth when it is the longest (or makes more slots). A request leaving gives back
 its transient work; the cache stays reserved, as the engine keeps it, until the batch is

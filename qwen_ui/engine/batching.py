@@ -301,6 +301,8 @@ class Batch(Generic[E]):
                 self._settle_guarded(launched)
         if not self.busy and self.cache.nbytes > self.keep_bytes:
             self.cache.clear()
+            if self._graphs is not None:
+                self._graphs.release()  # their pool with the cache they were recorded on
 
     def _changing(self, holding: bool) -> bool:
         """Whether this boundary may change the running sequences before its step (a

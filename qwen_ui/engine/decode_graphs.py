@@ -72,6 +72,15 @@ class DecodeGraphs:
     def buckets(self) -> list[int]:
         return sorted(self._steps)
 
+    def release(self) -> None:
+        """Let the recorded steps and their memory pool go (the cache they read was
+        cleared): admission gives that memory back with the cache. The compiled forward
+        stays; the next cache's steps record again without compiling."""
+        self._steps.clear()
+        self._pool = None
+        self._last = None
+        self._version = None
+
     def logits(self, ids: list[int], positions: list[int], rope: list[int]) -> torch.Tensor:
         """The next-token logits ``[n, vocab]`` of ``n`` running sequences (slots
         ``0 .. n - 1``), their keys and values written into the cache."""

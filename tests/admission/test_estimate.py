@@ -24,8 +24,10 @@ from qwen_ui.admission.estimate import (
     batch_total,
     cache_positions,
     decode_step,
+    eager_prefill,
     estimate,
     graph_inputs,
+    slot_batch_total,
     slot_count,
     step_rows,
 )
@@ -57,6 +59,9 @@ QWEN25_7B = {
         "fullatt_block_indexes": [7, 15, 23, 31],
     },
 }
+
+
+KV_7B = 56 * 1024  # bytes per position of the 7B's KV cache (bf16)
 
 
 def test_sizes_come_from_the_config() -> None:
@@ -402,16 +407,49 @@ def test_a_lone_replayed_prefill_holds_no_keys_of_its_own() -> None:
 
 def test_newcomers_beside_a_running_batch_are_bounded_by_the_join_chunk() -> None:
     """Eight newcomers: together into an idle batch they are prefilled in one pass and
-    the slots made after; beside a running one (at worst seven of them) the chunk bounds
-    the pass's activations and their images go through the tower one at a time."""
+    the slots made after; beside a running one (at worst seven of them, the running one's
+    recorded step in its graph pool) the chunk bounds the pass's activations and their
+    images go through the tower one at a time."""
     one_pass = replace(_defaults_7b(), batch_limit=16, batch_graphs=True)
     chunked = replace(one_pass, join_chunk=1536)
     request = RequestShape([grid(32)] * 2, 2048, 60, 2048)  # a 4,096-position slot each
     cache = 16 * 4096 * 56 * 1024
     prompts = 8 * 2108 * 56 * 1024
+    step = decode_step(RequestShape(text_tokens=4096), replace(chunked, cache_bucket=0))
     assert batch_peak([request] * 8, chunked) < batch_peak([request] * 8, one_pass)
-    assert cache + prompts < batch_peak([request] * 8, chunked) < cache + prompts + 2**30
+    assert cache + prompts < batch_peak([request] * 8, chunked) < cache + prompts + step + 2**30
     assert batch_peak([request], chunked) == batch_peak([request], one_pass)  # alone
+
+
+def test_replayed_steps_stay_allocated_beside_a_chunked_join() -> None:
+    """Fifteen answers with long caches decode (replayed steps of 16 rows, whose
+    transients stay allocated in the graphs' pool) while a newcomer too long for one
+    chunk joins: the pool, its keys and values and a chunk's activations together, beside
+    the cache; more than the batch decoding or all its members prefilled together."""
+    shape = replace(_batching_7b(16, True), join_chunk=1536)
+    running = RequestShape([], 0, 50, 8000)  # 8,050 positions: 8,192 per slot
+    newcomer = RequestShape([], 0, 1600, 64)  # 1,600 prompt tokens: two chunks
+    per_row = decode_step(RequestShape(text_tokens=8192), replace(shape, cache_bucket=0))
+    cache, keys = 16 * 8192 * KV_7B, 1600 * KV_7B
+    chunk = eager_prefill(1600, 0, shape, chunk=1536)
+    beside = cache + 16 * per_row + keys + chunk
+    peak = batch_peak([running] * 15 + [newcomer], shape)
+    assert beside <= peak < beside + 2**30
+    assert cache + max(16 * per_row, 16 * keys) + chunk < beside  # decoding; all prefilled
+
+
+def test_a_cache_left_by_departed_answers_stays_beside_the_newcomers() -> None:
+    """The answer that made the batch's 8,192-position cache left while a newcomer waited:
+    none running, the newcomer's prompt (too long to replay) passes in one go beside that
+    cache, which the busy batch keeps. With no one gone, a lone newcomer's prefill comes
+    before the slots are made."""
+    shape = replace(_defaults_7b(), batch_limit=16, batch_graphs=True, join_chunk=1536)
+    newcomer = RequestShape([grid(72)], 5184, 100, 64)  # 5,284 prompt tokens, 5,376 per slot
+    cache, keys = 16 * 8192 * KV_7B, 5284 * KV_7B
+    pass_work = eager_prefill(5284, 5184, shape)
+    left = slot_batch_total([newcomer], shape, rows=2, longest=8192)
+    assert left > cache + keys + pass_work
+    assert slot_batch_total([newcomer], shape) < 16 * 5376 * KV_7B + keys + pass_work
 
 
 def test_batching_placement_and_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

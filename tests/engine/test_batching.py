@@ -421,8 +421,12 @@ def test_the_graphs_fixed_buffer_step_gives_the_same_tokens(
     monkeypatch.setattr(batch, "_graphed", lambda _model: True)
     for client in clients:
         batch.enter(client)
-    drain(batch)
-    assert batch._graphs is not None and batch._graphs.buckets == [1, 2, 4]
+    buckets: set[int] = set()
+    while batch.busy:
+        batch.step()
+        assert batch._graphs is not None
+        buckets.update(batch._graphs.buckets)
+    assert buckets == {1, 2, 4} and batch._graphs._steps == {}  # let go once dry
     assert not batch._graphs.record  # the CPU: the same pass, not captured
     for client in clients:
         assert client.outcome == expect_alone(loaded, client)
@@ -472,13 +476,19 @@ def test_the_compiled_step_gives_the_same_tokens_at_its_one_cache_length(
     monkeypatch.setattr(batch, "_graphed", lambda _model: True)
 
     def answer(clients: list[Client]) -> dict[int, bool]:
+        """The answers, checked; whether each bucket's step recorded the compiled forward
+        (seen while they run: the batch lets its steps go once it runs dry)."""
         for client in clients:
             batch.enter(client)
-        drain(batch)
+        recorded: dict[int, bool] = {}
+        while batch.busy:
+            batch.step()
+            graphs = batch._graphs
+            assert graphs is not None
+            recorded |= {b: graphs._steps[b].compiled for b in graphs.buckets}
         for client in clients:
             assert client.outcome == expect_alone(loaded, client)
-        assert batch._graphs is not None
-        return {b: batch._graphs._steps[b].compiled for b in batch._graphs.buckets}
+        return recorded
 
     first = counters["stats"]["unique_graphs"]
     assert answer(greedy_clients(loaded, caps=[6, 14, 10, 3])[:3]) == {1: True, 2: True, 4: True}
@@ -489,13 +499,13 @@ def test_the_compiled_step_gives_the_same_tokens_at_its_one_cache_length(
     stops = loaded.language.stop_ids
     long = Client(prompt_of(loaded, "Describe the image.", 1), SamplingOptions(300), [])
     assert answer([long]) == {1: False} and batch.cache.slots == 0  # ran dry: dropped
+    assert graphs._steps == {} and graphs._pool is None  # the recorded steps with it
     short = Client(prompt_of(loaded, "Describe the image.", 0), SamplingOptions(3), stops)
     compiles = counters["stats"]["unique_graphs"]
     batch.enter(short)
     batch.step()
     assert batch.cache.length == CACHE_BUCKET
-    drain(batch)
-    assert batch._graphs is graphs and graphs._steps[1].compiled
+    assert answer([]) == {1: True} and batch._graphs is graphs
     assert counters["stats"]["unique_graphs"] == compiles  # recorded again, not compiled
     assert short.outcome == expect_alone(loaded, short)
 

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from qwen_ui.admission.tokens import ImageGrid
-from qwen_ui.engine.shapes import ModelShape, TextShape, VisionShape
+from qwen_ui.engine.shapes import ModelShape, TextShape, VisionShape, slot_bucket
 
 MiB = 1024 * 1024
 F32 = 4
@@ -341,21 +341,13 @@ def slot_count(rows: int, model: ModelShape) -> int:
     from the start when its decode steps replay graphs, else the next bucket (1, 2, 4, ...)."""
     if model.batch_graphs:
         return max(model.batch_limit, rows)
-    return _bucket(rows, model.batch_limit)
-
-
-def _bucket(rows: int, limit: int) -> int:
-    """The power of two that holds ``rows``, at most ``limit`` (or ``rows``)."""
-    bucket = 1
-    while bucket < rows:
-        bucket *= 2
-    return min(bucket, max(limit, rows))
+    return slot_bucket(rows, model.batch_limit)
 
 
 def step_rows(rows: int, model: ModelShape) -> int:
     """The rows a decode step of ``rows`` running sequences computes: a replayed step runs
-    its batch-size bucket (:data:`qwen_ui.engine.slots.SLOT_BUCKETS`), an eager one the rows."""
-    return _bucket(rows, model.batch_limit) if model.batch_graphs else rows
+    its batch-size bucket (:func:`qwen_ui.engine.shapes.slot_bucket`), an eager one the rows."""
+    return slot_bucket(rows, model.batch_limit) if model.batch_graphs else rows
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,6 @@ class Batch(Generic[E]):
             self._settle_guarded(pending)  # fed from the host: its last tokens first
             pending = None
         launched = self._guarded(list(self.running), lambda: self._launch(pending))
-        launched = launched if self.running else None
         self._report()
         if pending is not None:
             self._settle_guarded(pending)

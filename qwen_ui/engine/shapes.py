@@ -101,6 +101,19 @@ class ModelShape:
         return 2 * t.layers * t.kv_heads * t.head_dim * self.dtype_bytes
 
 
+SLOT_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # a continuous batch's slots and replayed steps
+
+
+def slot_bucket(rows: int, limit: int) -> int:
+    """The smallest slot bucket that holds ``rows`` (at most ``limit``): the slots a
+    batch's cache grows to (:mod:`qwen_ui.engine.slots`) and the rows a replayed decode
+    step computes (admission counts both)."""
+    for size in SLOT_BUCKETS:
+        if size >= rows:
+            return min(size, max(limit, rows))
+    return max(rows, limit)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where the engine runs and what it keeps between requests."""

@@ -19,16 +19,9 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from qwen_ui.engine.generate import cache_length
+from qwen_ui.engine.shapes import SLOT_BUCKETS, slot_bucket
 
-SLOT_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-
-
-def slot_bucket(rows: int, limit: int) -> int:
-    """The smallest slot bucket that holds ``rows`` (at most ``limit``)."""
-    for size in SLOT_BUCKETS:
-        if size >= rows:
-            return min(size, max(limit, rows))
-    return max(rows, limit)
+__all__ = ["SLOT_BUCKETS", "SlotCache", "SlotLayer", "StepView", "slot_bucket", "step_mask"]
 
 
 class StepView:

@@ -69,6 +69,7 @@ command_for() {
     batching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q -x tests/engine/test_batching_gpu.py" ;;
     preprocess) echo "python3 bench/bench_preprocess.py" ;;
     int4-triton) echo "python3 bench/bench_int4_triton.py" ;;
+    int4-tiles) echo "python3 bench/bench_int4_tiles.py" ;;
     int4-joined) echo "python3 bench/bench_int4_triton.py --blocks 64x128,128x128 --splits 2,4,8,16 --stages 3,4 --probe-rows 8,16 --keep 2" ;;
     batching-joined) echo "python3 bench/profile_batching.py --rows 8,16 --variants graph-compiled,graph-compiled-triton --compiled-rows 8,16 --steps 16 --workdir $W" ;;
     batching-triton) echo "python3 bench/profile_batching.py --rows 8,16 --variants graph,graph-compiled,graph-compiled-triton --compiled-rows 8,16 --steps 16 --workdir $W" ;;
@@ -81,7 +82,7 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision | batching-dense) echo 150 ;; vision-compiled | vision-padded) echo 240 ;; vision-gputests) echo 90 ;; batching-kernels) echo 300 ;; preprocess) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
+    vision | batching-dense) echo 150 ;; vision-compiled | vision-padded) echo 240 ;; vision-gputests) echo 90 ;; batching-kernels) echo 300 ;; preprocess | int4-tiles) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;; patching-gputests) echo 90 ;;
     admission | estimate-gputests) echo 500 ;; batching-profile | batching-profile-short) echo 330 ;; concurrency) echo 450 ;;
     qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;

@@ -68,6 +68,7 @@ def one_shape(n: int, k: int, rows: list[int], reps: int) -> dict[str, Any]:
     scales = torch.rand(k // GROUP, n, generator=gen) * 0.02 + 0.001
     zeros = (8.0 - torch.randint(0, 16, (k // GROUP, n), generator=gen)) * scales
     sz = torch.stack([scales, zeros], dim=-1).to(KERNEL_DTYPE).cuda().contiguous()
+    xs = {m: torch.randn(m, k, generator=gen).to(device="cuda", dtype=KERNEL_DTYPE) for m in rows}
     out: dict[str, Any] = {"copies": copies}
     for tiles in (2, 4, 8):
         if k % (16 * tiles):
@@ -75,7 +76,7 @@ def one_shape(n: int, k: int, rows: list[int], reps: int) -> dict[str, Any]:
         packed = [pack_for_cuda(q, tiles) for q in qs]
         entry: dict[str, Any] = {}
         for m in rows:
-            x = torch.randn(m, k, generator=gen).to(device="cuda", dtype=KERNEL_DTYPE)
+            x = xs[m]
             calls = [lambda p=p, x=x: torch._weight_int4pack_mm(x, p, GROUP, sz) for p in packed]
             entry[str(m)] = {"us": round(per_call_us(calls, reps), 2), "first": calls[0]()}
         out[f"{tiles}"] = entry

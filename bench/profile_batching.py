@@ -23,7 +23,9 @@ compile time), ``graph-compiled-bmm`` (the same with the attention scores as one
 float32-accumulated batched matmul instead of a product and sum),
 ``graph-compiled-triton`` (the compiled step with the engine's Triton int4 copies,
 ``QWEN_UI_TRITON_INT4``: few-row inputs through ``qwen_ui.engine.triton_int4`` from each
-shape's timed crossover) and, for comparison,
+shape's timed crossover), ``graph-compiled-attn`` (the compiled step with the engine's
+Triton attention, ``qwen_ui.engine.decode_attention``; the other compiled variants keep
+the attention on Inductor, :func:`fused.decode_attention`) and, for comparison,
 ``one-request``: the single-request loop's compiled static step
 (``generate.compiled_step``). ``max_abs_logit_diff`` compares a variant's
 logits with ``graph``'s for the same step. ``--kernels 1,8,16`` adds where each of those
@@ -74,6 +76,7 @@ from qwen_ui.engine.status import EngineStatus
 
 log = logging.getLogger("profile_batching")
 DEQUANT_ROWS = 256  # the default prefill_dequant_rows: keeps what dequantizing reads
+COMPILED = ("graph-compiled", "graph-compiled-bmm", "graph-compiled-triton", "graph-compiled-attn")
 
 
 def load(path: Path, device: str) -> Loaded:
@@ -206,6 +209,26 @@ def matmul_scores(on: bool) -> Iterator[None]:
         fused.decode_attention = stock
 
 
+def inductor_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """:func:`fused.decode_attention` as it stands when called (``matmul_scores`` swaps it)."""
+    return fused.decode_attention(q, k, v, mask, scale)
+
+
+@contextmanager
+def kernel_attention(on: bool) -> Iterator[None]:
+    """The compiled step's attention through the Triton kernels (``fused.step_attention``,
+    the engine's) when on, else through Inductor (:func:`inductor_attention`)."""
+    stock = fused.step_attention
+    if not on:
+        fused.step_attention = inductor_attention
+    try:
+        yield
+    finally:
+        fused.step_attention = stock
+
+
 @contextmanager
 def dequantized(model: torch.nn.Module, on: bool) -> Iterator[None]:
     """Every int4 layer on a weight dequantized per call for inputs of 2 rows or more."""
@@ -283,7 +306,7 @@ def variant(
     """Every bucket of ``rows`` through one variant (its own cache and graphs)."""
     model = loaded.language.model
     cache, seq = filled_cache(loaded, prompt, max(rows), args.new_tokens)
-    compiling = name in ("graph-compiled", "graph-compiled-bmm", "graph-compiled-triton")
+    compiling = name in COMPILED
     torch._dynamo.reset()  # each variant its own compile: dynamo would reuse the last one's
     forward = torch.compile(model.forward, dynamic=False) if compiling else None
     graphs = DecodeGraphs(model, cache, forward=forward)
@@ -293,6 +316,7 @@ def variant(
         repeated_kv(name == "graph-repeat-kv"),
         dense_copies(model, name == "graph-dense"),
         matmul_scores(name == "graph-compiled-bmm"),
+        kernel_attention(name == "graph-compiled-attn"),
         triton_copies(model, name == "graph-compiled-triton"),
     ):
         for r in rows:
@@ -392,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             plan.append(("graph-compiled", compiled))
             plan.append(("graph-compiled-bmm", compiled))
             plan.append(("graph-compiled-triton", compiled))
+            plan.append(("graph-compiled-attn", compiled))
         if args.variants:
             plan = [v for v in plan if v[0] in args.variants.split(",")]
         for variant_name, variant_rows in plan:

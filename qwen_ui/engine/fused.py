@@ -13,9 +13,11 @@ their MLPs); ``tests/engine/test_fused.py`` pins the fused model's logits to the
 one's.
 
 Under ``torch.compile`` (the static-cache decode step), the same forward gives a step's
-attention (one query token) to :func:`decode_attention`: the query heads of each K/V head
-are that head's rows, scored in float32 by a product and sum that Inductor fuses with the
-softmax, then one batched matmul with V: the cache is read once. The stock path copies the
+attention (one query token) to :func:`step_attention`: on CUDA the split-KV Triton kernels
+of :mod:`qwen_ui.engine.decode_attention` (one operator to Inductor) where they take the
+shapes, else :func:`decode_attention`: the query heads of each K/V head are that head's
+rows, scored in float32 by a product and sum that Inductor fuses with the softmax, then
+one batched matmul with V. Both read the cache once. The stock path copies the
 whole static cache once per query head first (``repeat_kv``, which transformers' SDPA
 path calls when a mask is present: 0.62 of 4.03 ms of a 7B step on the H200,
 ``bench/profile_decode.py``); handing the packed rows to SDPA instead took its
@@ -156,7 +158,7 @@ def _attention_forward(attn: Any, widths: list[int]) -> Callable[..., Any]:
         if cache is not None:
             k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
         if q_len == 1 and attn.num_key_value_groups > 1 and torch.compiler.is_compiling():
-            out = decode_attention(q, k, v, attention_mask, attn.scaling)
+            out = step_attention(q, k, v, attention_mask, attn.scaling)
             return attn.o_proj(out.reshape(bsz, q_len, -1)), None
         if packs(attn, q, attention_mask) and sliding_window is None:
             out = packed_decode_attention(q, k, v, attention_mask, attn.scaling)
@@ -189,6 +191,20 @@ def _head_norms(attn: Any) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]
 
 def _same(x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+def step_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """A compiled decode step's attention (one query token, grouped K/V heads): the Triton
+    kernels of :mod:`qwen_ui.engine.decode_attention` where they take the inputs (CUDA),
+    else :func:`decode_attention`, as Inductor compiles it."""
+    if q.is_cuda:
+        from qwen_ui.engine import decode_attention as kernel  # imports Triton
+
+        if kernel.fits(q, k, mask):
+            return kernel.attention(q, k, v, mask, scale)
+    return decode_attention(q, k, v, mask, scale)
 
 
 def decode_attention(

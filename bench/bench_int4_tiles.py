@@ -25,15 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from _profiling import provenance
+from bench_int4_triton import SHAPES_7B
 
 from qwen_ui.engine.awq import KERNEL_DTYPE, pack_for_cuda
 
-SHAPES_7B = {
-    "qkv": (4608, 3584),
-    "o": (3584, 3584),
-    "gate_up": (37888, 3584),
-    "down": (3584, 18944),
-}
 GROUP = 128
 L2_BYTES = 60 * 2**20  # the H200's L2 is 50 MiB: cycle through more than this
 

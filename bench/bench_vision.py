@@ -10,9 +10,14 @@ the batched attention with each block's norms and MLP compiled by Inductor (dyna
 shapes); ``--profile`` adds the batched path's kernels by category (``torch.profiler``,
 one forward), to see where the tower's time goes. ``--padded`` adds the engine's CUDA
 path: the batched attention with the MLPs padded to whole 16-byte rows
-(``vision.pad_mlps``, on a copy of the tower). The grid of each image follows the
-processor's resize (``smart_resize``, 14 px patches, 2x2 merge, the published pixel
-limits).
+(``vision.pad_mlps``, on a copy of the tower). ``--novel N`` times the engine's batched
+tower on images of sizes it has not seen (N of them, drawn at random), each once as it
+comes and once again, with cuDNN's attention allowed (torch's default) and then with it
+turned off (``torch.backends.cuda.enable_cudnn_sdp(False)``), each on sizes of its own:
+cuDNN builds an execution plan on the host for every new shape, which a bench of one
+size never shows, while every user's image brings new lengths. The grid of each image
+follows the processor's resize (``smart_resize``, 14 px patches, 2x2 merge, the
+published pixel limits).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import contextlib
 import copy
 import json
+import random
 import statistics
 import sys
 import time
@@ -150,6 +156,68 @@ def measure_padded(
     return result
 
 
+def novel_sizes(count: int, seed: int) -> list[tuple[int, int]]:
+    """``count`` (width, height) pairs of distinct resized grids, 320 to 1600 px a side."""
+    rng = random.Random(seed)
+    sizes: dict[tuple[int, int, int], tuple[int, int]] = {}
+    seen = {grid_of(1024, 768)}  # the warm-up's
+    while len(sizes) < count:
+        size = (rng.randint(320, 1600), rng.randint(320, 1600))
+        if grid_of(*size) not in seen:
+            sizes.setdefault(grid_of(*size), size)
+    return list(sizes.values())
+
+
+def measure_novel(model: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The batched tower on ``--novel`` unseen image sizes, first and second call each,
+    with cuDNN's attention on (torch's default) and then off, on disjoint sizes."""
+    holder = _Holder(model)
+    vision.install(holder)
+    drawn = novel_sizes(2 * args.novel, seed=7)
+    for on in (True, False):  # the process's first calls, on a size neither set has
+        torch.backends.cuda.enable_cudnn_sdp(on)
+        first_and_again(model, (1024, 768), args.device)
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    result: dict[str, Any] = {}
+    for name, on, sizes in (("cudnn", True, drawn[::2]), ("no_cudnn", False, drawn[1::2])):
+        before = torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(on)
+        try:
+            rows = [first_and_again(model, size, args.device) for size in sizes]
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(before)
+        result[name] = {
+            "first_ms_median": round(statistics.median(r["first_ms"] for r in rows), 2),
+            "again_ms_median": round(statistics.median(r["again_ms"] for r in rows), 2),
+            "first_ms_total": round(sum(r["first_ms"] for r in rows), 1),
+            "again_ms_total": round(sum(r["again_ms"] for r in rows), 1),
+            "sizes": rows,
+        }
+    vision.uninstall(holder)
+    return result
+
+
+def first_and_again(model: Any, size: tuple[int, int], device: torch.device) -> dict[str, Any]:
+    """Milliseconds of the tower's forward on one image of ``size``, twice."""
+    grid = torch.tensor([grid_of(*size)], device=device)
+    pixels = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 14 * 14, device=device)
+    pixels = pixels.to(model.dtype)
+    times = []
+    for _ in range(2):
+        _sync(device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            model(pixels, grid_thw=grid)
+        _sync(device)
+        times.append(round((time.perf_counter() - t0) * 1000, 2))
+    return {
+        "size": list(size),
+        "patches": int(pixels.shape[0]),
+        "first_ms": times[0],
+        "again_ms": times[1],
+    }
+
+
 def profiled(forward: Any, device: torch.device) -> dict[str, Any]:
     """One forward's kernels (operators on the CPU) by category."""
     with torch.profiler.profile(activities=activities(device)) as prof:
@@ -192,6 +260,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compiled", action="store_true", help="also norms and MLPs compiled")
     p.add_argument("--profile", action="store_true", help="kernels by category, one forward")
     p.add_argument("--padded", action="store_true", help="also the MLPs padded (engine, CUDA)")
+    p.add_argument(
+        "--novel", type=int, default=0, help="unseen image sizes timed with cuDNN on and off"
+    )
     args = p.parse_args(argv)
     args.device = torch.device(args.device)
     return args
@@ -207,7 +278,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         holder = _Holder(padded)
         result["padded_mlps"] = vision.pad_mlps(holder)
         vision.install(holder)
-    for name in args.sets.split(","):
+    if args.novel:  # before any other size is seen
+        result["novel"] = measure_novel(model, args)
+    for name in filter(None, args.sets.split(",")):
         result[name] = measure(model, padded, SETS[name], args)
     return result
 

@@ -29,6 +29,7 @@ command_for() {
     case $1 in
     vision) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20" ;;
     vision-padded) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20 --sets 1x1024x768,8x1024x768 --padded --profile" ;;
+    vision-novel) echo "python3 bench/bench_vision.py --arch 7b --device cuda --sets= --novel 12" ;;
     vision-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_vision_rope.py" ;;
     vision-compiled) echo "python3 bench/bench_vision.py --arch 7b --device cuda --reps 20 --sets 1x1024x768,8x1024x768 --compiled --profile" ;;
     engine) echo "python3 bench/bench_decode.py --arch 7b --skip-stock --workdir $W" ;;
@@ -85,7 +86,7 @@ command_for() {
 
 cap_for() {
     case $1 in
-    vision | batching-dense) echo 150 ;; vision-compiled | vision-padded) echo 240 ;; vision-gputests) echo 90 ;; batching-kernels) echo 300 ;; preprocess | int4-tiles) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
+    vision | batching-dense) echo 150 ;; vision-compiled | vision-padded) echo 240 ;; vision-gputests | vision-novel) echo 90 ;; batching-kernels) echo 300 ;; preprocess | int4-tiles) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;; patching-gputests | attention-gputests) echo 90 ;;
     admission | estimate-gputests) echo 500 ;; batching-profile | batching-profile-short) echo 330 ;; concurrency) echo 450 ;;
     qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;

@@ -91,12 +91,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def patches_for(grid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Random flattened patches (3 channels x 2 frames x 14 x 14 each) for ``grid``'s
+    images, on its device."""
+    count = int(grid.prod(-1).sum())
+    return torch.randn(count, 3 * 2 * 14 * 14, device=grid.device, dtype=dtype)
+
+
 def measure(
     model: Any, padded: Any | None, sizes: list[tuple[int, int]], args: argparse.Namespace
 ) -> dict[str, Any]:
     grid = torch.tensor([grid_of(w, h) for w, h in sizes], device=args.device)
-    width = 3 * 2 * 14 * 14
-    pixels = torch.randn(int(grid.prod(-1).sum()), width, device=args.device, dtype=model.dtype)
+    pixels = patches_for(grid, model.dtype)
     holder = _Holder(model)
 
     def forward() -> torch.Tensor:
@@ -174,25 +180,24 @@ def measure_novel(model: Any, args: argparse.Namespace) -> dict[str, Any]:
     holder = _Holder(model)
     vision.install(holder)
     drawn = novel_sizes(2 * args.novel, seed=7)
-    for on in (True, False):  # the process's first calls, on a size neither set has
-        torch.backends.cuda.enable_cudnn_sdp(on)
-        first_and_again(model, (1024, 768), args.device)
-    torch.backends.cuda.enable_cudnn_sdp(True)
+    original = torch.backends.cuda.cudnn_sdp_enabled()
     result: dict[str, Any] = {}
-    for name, on, sizes in (("cudnn", True, drawn[::2]), ("no_cudnn", False, drawn[1::2])):
-        before = torch.backends.cuda.cudnn_sdp_enabled()
-        torch.backends.cuda.enable_cudnn_sdp(on)
-        try:
+    try:
+        for on in (True, False):  # the process's first calls, on a size neither set has
+            torch.backends.cuda.enable_cudnn_sdp(on)
+            first_and_again(model, (1024, 768), args.device)
+        for name, on, sizes in (("cudnn", True, drawn[::2]), ("no_cudnn", False, drawn[1::2])):
+            torch.backends.cuda.enable_cudnn_sdp(on)
             rows = [first_and_again(model, size, args.device) for size in sizes]
-        finally:
-            torch.backends.cuda.enable_cudnn_sdp(before)
-        result[name] = {
-            "first_ms_median": round(statistics.median(r["first_ms"] for r in rows), 2),
-            "again_ms_median": round(statistics.median(r["again_ms"] for r in rows), 2),
-            "first_ms_total": round(sum(r["first_ms"] for r in rows), 1),
-            "again_ms_total": round(sum(r["again_ms"] for r in rows), 1),
-            "sizes": rows,
-        }
+            result[name] = {
+                "first_ms_median": round(statistics.median(r["first_ms"] for r in rows), 2),
+                "again_ms_median": round(statistics.median(r["again_ms"] for r in rows), 2),
+                "first_ms_total": round(sum(r["first_ms"] for r in rows), 1),
+                "again_ms_total": round(sum(r["again_ms"] for r in rows), 1),
+                "sizes": rows,
+            }
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(original)
     vision.uninstall(holder)
     return result
 
@@ -200,8 +205,7 @@ def measure_novel(model: Any, args: argparse.Namespace) -> dict[str, Any]:
 def first_and_again(model: Any, size: tuple[int, int], device: torch.device) -> dict[str, Any]:
     """Milliseconds of the tower's forward on one image of ``size``, twice."""
     grid = torch.tensor([grid_of(*size)], device=device)
-    pixels = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 14 * 14, device=device)
-    pixels = pixels.to(model.dtype)
+    pixels = patches_for(grid, model.dtype)
     times = []
     for _ in range(2):
         _sync(device)

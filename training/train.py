@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from qwen_ui.demo import WEIGHTS as SHIPPED
 from qwen_ui.demo import evaluate as scoring
-from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo import locate, modelcfg, scenes
 from qwen_ui.demo.modelcfg import MERGE, PATCH, TEMPORAL
 from qwen_ui.engine import vision as engine_vision
 from training import locate_heads, names
@@ -417,9 +417,11 @@ class SceneBatches(IterableDataset[Batch]):
         yes_no_share: float = 0.5,
         labelling: names.Labelling = names.DEFAULT_LABELLING,
         follow_ups: int = 1,
+        every_share: float = locate.EVERY_SHARE,
     ) -> None:
         self.processor_dir = processor_dir
         self.yes_no_share = yes_no_share
+        self.every_share = every_share
         self.labelling = labelling
         self.follow_ups = follow_ups
         self.pairs, self.weights = weighted_pairs(kinds, kind_weights or {})
@@ -431,7 +433,9 @@ class SceneBatches(IterableDataset[Batch]):
     def item(self, seed: int) -> scenes.Sample:
         rng = random.Random(seed)  # noqa: S311
         kind, lang = rng.choices(self.pairs, self.weights)[0]
-        item = scenes.sample(seed, kind, lang, yes_no_share=self.yes_no_share)
+        item = scenes.sample(
+            seed, kind, lang, yes_no_share=self.yes_no_share, every_share=self.every_share
+        )
         if rng.random() < self.follow_up_share:
             return scenes.with_follow_up(item, self.follow_ups)
         return item
@@ -1198,6 +1202,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="share of spatial training questions in the yes/no form (the grammar's: 0.5)",
     )
     p.add_argument(
+        "--every-share",
+        type=parse_share,
+        default=locate.EVERY_SHARE,
+        help="share of grounding training questions about every shape of a kind "
+        f'("Where are the stars?"; the grammar\'s: {locate.EVERY_SHARE})',
+    )
+    p.add_argument(
         "--follow-up-share",
         type=float,
         default=0.5,
@@ -1338,6 +1349,7 @@ def scene_batches(args: argparse.Namespace) -> SceneBatches:
         args.yes_no_share,
         labelling_of(args),
         args.follow_ups,
+        args.every_share,
     )
 
 

@@ -120,6 +120,16 @@ def spatial_key(item: scenes.Sample) -> str | None:
     return f"{form}, {axis}"
 
 
+def grounding_key(item: scenes.Sample) -> str | None:
+    """``"one"`` for a grounding question about one shape ("Where is the red circle?"),
+    ``"every"`` for one about every shape of a kind ("Where are the stars?", 2 or more
+    boxes), or None for other types: the second form asks for several boxes in turn,
+    which the per-type figure hides."""
+    if item.kind != "grounding":
+        return None
+    return "one" if item.answer.count('"bbox_2d"') == 1 else "every"
+
+
 @dataclass
 class Tally:
     correct: int = 0
@@ -148,6 +158,7 @@ class Report:
     by_yes_no: dict[str, Tally] = field(default_factory=dict)
     by_yes_no_lang: dict[str, Tally] = field(default_factory=dict)
     by_spatial: dict[str, Tally] = field(default_factory=dict)
+    by_grounding: dict[str, Tally] = field(default_factory=dict)
     mistakes: list[dict[str, str]] = field(default_factory=list)
 
     def record(self, item: scenes.Sample, answer: str) -> None:
@@ -160,6 +171,8 @@ class Report:
             self.by_yes_no_lang.setdefault(in_lang(key, item.lang), Tally()).add(ok)
         if (key := spatial_key(item)) is not None:
             self.by_spatial.setdefault(key, Tally()).add(ok)
+        if (key := grounding_key(item)) is not None:
+            self.by_grounding.setdefault(key, Tally()).add(ok)
         if not ok and len(self.mistakes) < 20:
             self.mistakes.append(
                 {
@@ -185,6 +198,7 @@ class Report:
             "by_yes_no": {k: row(v) for k, v in sorted(self.by_yes_no.items())},
             "by_yes_no_lang": {k: row(v) for k, v in sorted(self.by_yes_no_lang.items())},
             "by_spatial": {k: row(v) for k, v in sorted(self.by_spatial.items())},
+            "by_grounding": {k: row(v) for k, v in sorted(self.by_grounding.items())},
             "mistakes": self.mistakes,
         }
 

@@ -20,6 +20,7 @@ FACTOR = 28  # patch 14 x merge 2: the processor resizes to multiples of this
 MIN_PIXELS = 56 * 56  # modelcfg.MIN_PIXELS (the shipped preprocessor_config.json)
 MAX_PIXELS = 336 * 336  # modelcfg.MAX_PIXELS
 MAX_TARGETS = 4  # "Where are the stars?" asks about 2 to this many shapes
+EVERY_SHARE = 0.4  # the grammar's share of "Where are the stars?" among grounding questions
 
 Box = tuple[int, int, int, int]
 
@@ -66,10 +67,13 @@ def answer_text(boxes: list[tuple[Box, str]]) -> str:
     return "```json\n[" + ", ".join(rows) + "]\n```"
 
 
-def q_grounding(rng: random.Random, lang: scenes.Lang) -> scenes.Made:
-    """A grounding question: 60 % one shape named by colour and kind (alone of both), 40 %
-    every shape of a kind (2 to :data:`MAX_TARGETS` of them)."""
-    if rng.random() < 0.4:
+def q_grounding(
+    rng: random.Random, lang: scenes.Lang, every_share: float = EVERY_SHARE
+) -> scenes.Made:
+    """A grounding question: every shape of a kind (2 to :data:`MAX_TARGETS` of them) with
+    probability ``every_share`` (the grammar's :data:`EVERY_SHARE`; training may ask for
+    another), else one shape named by colour and kind (alone of both)."""
+    if rng.random() < every_share:
         return _where_are(rng, lang)
     return _where_is(rng, lang)
 

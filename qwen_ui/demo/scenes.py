@@ -559,29 +559,42 @@ MAKERS: dict[str, Callable[[random.Random, Lang], Made]] = {
 
 
 def sample(
-    seed: int, kind: str | None = None, lang: Lang | None = None, yes_no_share: float = 0.5
+    seed: int,
+    kind: str | None = None,
+    lang: Lang | None = None,
+    yes_no_share: float = 0.5,
+    every_share: float | None = None,
 ) -> Sample:
     """The sample of ``seed``; ``kind``/``lang`` force a question type (any of
     :data:`ALL_KINDS`) or language; ``yes_no_share`` is the share of spatial questions in
-    the yes/no form (training only: the grammar's, and every held-out set's, is one
-    half)."""
+    the yes/no form and ``every_share`` that of grounding questions about every shape of a
+    kind (training only: the grammar's, and every held-out set's, are one half and
+    ``locate.EVERY_SHARE``; None keeps the latter)."""
     rng = random.Random(seed)  # noqa: S311 (reproducible scenes, not secrets)
     chosen_kind = rng.choice(KINDS)
     chosen_lang = rng.choice(LANGS)
     kind = kind or chosen_kind
     lang = lang or chosen_lang
-    question, answer, scenes = _made(rng, seed, kind, lang, yes_no_share)
+    question, answer, scenes = _made(rng, seed, kind, lang, yes_no_share, every_share)
     return Sample(seed, kind, lang, question, answer, scenes)
 
 
-def _made(rng: random.Random, seed: int, kind: str, lang: Lang, yes_no_share: float) -> Made:
+def _made(
+    rng: random.Random,
+    seed: int,
+    kind: str,
+    lang: Lang,
+    yes_no_share: float,
+    every_share: float | None,
+) -> Made:
     # the extra kinds' modules build on this one's scenes (imported here, not at the top)
     from qwen_ui.demo import locate, off_grammar
 
     if kind == "spatial":
         return q_spatial(rng, lang, yes_no_share)
     if kind == "grounding":
-        return locate.q_grounding(rng, lang)
+        share = locate.EVERY_SHARE if every_share is None else every_share
+        return locate.q_grounding(rng, lang, share)
     if kind == "off_grammar":
         return off_grammar.q_off_grammar(rng, lang, unseen=seed >= HELD_OUT_BASE)
     return MAKERS[kind](rng, lang)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qwen_ui.demo import scenes
-from qwen_ui.demo.evaluate import POLARITY, Item, evaluate, normalize, score_keys, spatial_key
+from qwen_ui.demo.evaluate import (
+    POLARITY,
+    Item,
+    evaluate,
+    grounding_key,
+    normalize,
+    score_keys,
+    spatial_key,
+)
 
 
 def oracle(items: Sequence[Item]) -> list[str]:
@@ -100,6 +108,22 @@ def test_spatial_questions_are_split_by_form_and_axis() -> None:
         assert row["accuracy"] == (1.0 if key.startswith("which") else 0.0), key
     assert sum(row["total"] for row in result.values()) == sum(s.kind == "spatial" for s in samples)
     assert spatial_key(scenes.sample(scenes.HELD_OUT_BASE, "count")) is None
+
+
+def test_grounding_is_split_by_form() -> None:
+    """Right only where one box is asked for: "one" all right, "every" all wrong."""
+    samples = scenes.held_out(40, seed=2, kinds=("grounding",))
+    truth = {(s.question, tuple(i.size for i in s.images())): s.answer for s in samples}
+
+    def one_only(items: Sequence[Item]) -> list[str]:
+        answers = [truth[(q, tuple(i.size for i in imgs))] for imgs, q in items]
+        return [a if a.count('"bbox_2d"') == 1 else "?" for a in answers]
+
+    result = evaluate(one_only, n=40, seed=2, kinds=("grounding",)).to_dict()["by_grounding"]
+    assert set(result) == {"one", "every"}
+    assert result["one"]["accuracy"] == 1.0 and result["every"]["accuracy"] == 0.0
+    assert result["one"]["total"] + result["every"]["total"] == 40
+    assert grounding_key(scenes.sample(scenes.HELD_OUT_BASE, "count")) is None
 
 
 def test_grounding_is_scored_by_iou_one_box_per_shape() -> None:

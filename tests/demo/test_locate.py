@@ -78,6 +78,17 @@ def test_singular_questions_name_a_unique_shape_and_plural_ones_several() -> Non
     assert {len(targets(i)) for i in items} == {1, 2, 3, 4}
 
 
+def test_every_share_steers_the_form_and_the_grammar_keeps_its_own() -> None:
+    def plural(every_share: float | None) -> int:
+        items = [scenes.sample(s, "grounding", every_share=every_share) for s in range(300)]
+        return sum(bool(QUESTION[i.lang][1].fullmatch(i.question)) for i in items)
+
+    assert plural(1.0) == 300 and plural(0.0) == 0
+    grammar = plural(None)
+    assert grammar == plural(locate.EVERY_SHARE)
+    assert 80 < grammar < 160 < plural(0.8) < 300
+
+
 @pytest.mark.parametrize("size", [(160, 160), (480, 160), (333, 451), (200, 479), (480, 480)])
 def test_resized_size_is_what_the_processor_gives(size: tuple[int, int]) -> None:
     from transformers import AutoProcessor

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qwen_ui.demo import modelcfg, scenes
+from qwen_ui.demo import locate, modelcfg, scenes
 from qwen_ui.demo.install import weights_dir
 from qwen_ui.demo.modelcfg import PATCH
 from qwen_ui.engine.pipelines import Turn, messages
@@ -337,6 +337,17 @@ def test_yes_no_share_steers_the_spatial_form() -> None:
 
     assert yes_no(1.0) == 300 and yes_no(0.0) == 0
     assert 100 < yes_no(0.5) < 200 < yes_no(0.9) < 300
+
+
+def test_every_share_steers_the_grounding_form() -> None:
+    assert train.parse_args(["--out", "/tmp/x"]).every_share == locate.EVERY_SHARE
+
+    def every(share: float) -> int:
+        batches = train.SceneBatches(train.WEIGHTS, 8, 1, ("grounding",), every_share=share)
+        return sum(batches.item(seed).answer.count('"bbox_2d"') > 1 for seed in range(200))
+
+    assert every(1.0) == 200 and every(0.0) == 0
+    assert every(0.4) < every(0.8)
 
 
 def test_fresh_lm_keeps_the_vision_tower_and_reinitialises_the_language_model() -> None:

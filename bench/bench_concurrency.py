@@ -8,7 +8,9 @@ and a stock peer (transformers ``generate``, batched, static cache) in one run.
 
 For each N of ``--users`` the N users arrive together, and for each N of
 ``--poisson-users`` as a Poisson stream of ``--rate`` users a second; each user asks one
-question with 1-3 images (``--min-images``/``--max-images``, of ``--size``) and
+question with 1-3 images (``--min-images``/``--max-images``, of ``--size``: one size
+for all, or ``varied``, each image's sides drawn from 320-1600 px, ``varied:LO-HI`` from
+another range, so that the engine meets sizes it has not seen, as it does in use) and
 ``--new-tokens`` new tokens. Figures per run: aggregate decode tok/s (every new token,
 from the first user's first token to the last user's last), time to first token p50/p95
 (from each user's arrival), inter-token latency p95 (gaps between a user's consecutive
@@ -23,7 +25,13 @@ one batched ``generate`` call each on the same weights dequantized to bf16
 it; the A10 profile of issue 31 is 16 and 32 users); the bar of every engine run is zero
 CUDA OOM with every user answered. ``--peer dense_weight_share=0.25`` (settings as
 ``NAME=VALUE``, comma-separated) runs the engine's phase a second time in the same
-process with those settings changed (``engine_peer``), for a comparison in one call.
+process with those settings changed (``engine_peer``), for a comparison in one call;
+``--peer-no-cudnn`` runs that second phase with cuDNN's attention turned off
+(``torch.backends.cuda.enable_cudnn_sdp(False)``, the settings unchanged unless
+``--peer`` changes them too): cuDNN builds an execution plan on the host for every new
+attention shape, which ``--size varied`` brings. With varied sizes the second phase
+draws its own sizes (and arrivals, image counts and pixels), so that it meets no size the
+first phase warmed up.
 Prints one JSON document on stdout.
 """
 
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -38,6 +47,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,13 +197,21 @@ def _request(new_tokens: int, images: int, rng: random.Random, tenant: str) -> A
     return AskRequest(
         tenant=tenant,
         question=QUESTION,
-        images=[image_bytes(rng, SIZE[0]) for _ in range(images)],
+        images=[image_of(rng) for _ in range(images)],
         options=AskOptions(max_new_tokens=new_tokens, temperature=0.0),
         history=(),
     )
 
 
-SIZE: list[tuple[int, int]] = [(1024, 768)]  # --size, set in main
+SIZE: list[tuple[int, int] | None] = [(1024, 768)]  # --size, set in main; None: varied
+VARIED: list[tuple[int, int]] = [(320, 1600)]  # --size varied[:LO-HI]: each side's range
+PEER_SEEDS = 10**6  # with varied sizes the peer phase draws its own (none the first had)
+
+
+def image_of(rng: random.Random) -> bytes:
+    """A noise JPEG of ``--size``, or of sides drawn from ``VARIED``'s range."""
+    size = SIZE[0] or (rng.randint(*VARIED[0]), rng.randint(*VARIED[0]))
+    return image_bytes(rng, size)
 
 
 async def _ask(engine: Engine, run: UserRun, request: AskRequest) -> None:
@@ -246,8 +264,11 @@ def _ooms(device: torch.device) -> int:
 
 
 async def engine_phase(
-    args: argparse.Namespace, path: Path, changed: dict[str, str] | None = None
+    args: argparse.Namespace, path: Path, changed: dict[str, str] | None = None, seeds: int = 0
 ) -> dict[str, Any]:
+    """The engine started with ``changed`` settings, then every run of ``--users`` and
+    ``--poisson-users``; ``seeds`` offsets the runs' random draws (arrivals, image counts,
+    sizes, pixels)."""
     extra: dict[str, Any] = dict(changed or {})
     if args.a10:
         extra["vram_budget"] = float(A10_LIMIT)
@@ -255,9 +276,9 @@ async def engine_phase(
     runs = []
     try:
         for n in args.users:
-            runs.append(await engine_run(engine, args, n, "together", seed=n))
+            runs.append(await engine_run(engine, args, n, "together", seed=seeds + n))
         for n in args.poisson_users:
-            runs.append(await engine_run(engine, args, n, "poisson", seed=1000 + n))
+            runs.append(await engine_run(engine, args, n, "poisson", seed=seeds + 1000 + n))
     finally:
         await engine.close()
     return {"startup": startup, "runs": runs}
@@ -313,7 +334,7 @@ class _Stamps:
 def _stock_batch(
     model: Any, processor: Any, device: torch.device, counts: list[int], new: int, rng: Any
 ) -> list[UserRun]:
-    images = [[_pil(image_bytes(rng, SIZE[0])) for _ in range(n)] for n in counts]
+    images = [[_pil(image_of(rng)) for _ in range(n)] for n in counts]
     prompts = []
     for own in images:
         content: list[dict[str, Any]] = [{"type": "image"} for _ in own]
@@ -356,6 +377,35 @@ def _settings(text: str) -> dict[str, str]:
     return dict(pairs)  # type: ignore[arg-type]
 
 
+def _size(text: str) -> tuple[str, tuple[int, int]]:
+    """``WxH`` as ("fixed", (W, H)); ``varied`` or ``varied:LO-HI`` as ("varied", (LO, HI))."""
+    try:
+        if text == "varied":
+            return "varied", (320, 1600)
+        if text.startswith("varied:"):
+            low, high = (int(x) for x in text.removeprefix("varied:").split("-"))
+            if 28 <= low <= high:
+                return "varied", (low, high)
+        else:
+            width, height = (int(x) for x in text.split("x"))
+            if width > 0 and height > 0:
+                return "fixed", (width, height)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"not WxH, varied or varied:LO-HI: {text}")
+
+
+@contextlib.contextmanager
+def cudnn_attention(enabled: bool) -> Iterator[None]:
+    """cuDNN's attention allowed or not (process-wide, as torch keeps it) for the block."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
@@ -368,12 +418,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-stock", action="store_true")
     p.add_argument("--min-images", type=int, default=1)
     p.add_argument("--max-images", type=int, default=3)
-    p.add_argument("--size", default="1024x768", help="every image's size, WxH")
+    p.add_argument(
+        "--size",
+        type=_size,
+        default="1024x768",
+        help="every image's size, WxH; or varied (each side 320-1600 px), varied:LO-HI",
+    )
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument(
         "--a10", action="store_true", help="the engine capped at 22 GiB (the stock peer is not)"
     )
     p.add_argument("--peer", type=_settings, default={}, help="NAME=VALUE,... for a second run")
+    p.add_argument(
+        "--peer-no-cudnn",
+        action="store_true",
+        help="a second run with cuDNN's attention off (and --peer's settings, if any)",
+    )
     p.add_argument("--workdir", type=Path, default=Path("artifacts/bench-decode"))
     args = p.parse_args(argv)
     if args.stock_users is None:
@@ -382,8 +442,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    width, height = (int(x) for x in args.size.split("x"))
-    SIZE[0] = (width, height)
+    form, (first, second) = args.size
+    SIZE[0] = (first, second) if form == "fixed" else None
+    VARIED[0] = (first, second)
     device = torch.device(args.device)
     t0 = time.perf_counter()
     name, path = arch_checkpoint(args.workdir, args.arch)
@@ -395,16 +456,19 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "command": "python bench/bench_concurrency.py " + " ".join(sys.argv[1:]),
         "profile": "a10 (22 GiB)" if args.a10 else "full device",
         "new_tokens": args.new_tokens,
-        "image_size": args.size,
+        "image_size": f"{first}x{second}" if form == "fixed" else f"varied {first}-{second}",
     }
     if args.a10 and device.type == "cuda":
         limit_device_memory(device, A10_LIMIT)
     result["engine"] = asyncio.run(engine_phase(args, path))
     phases = [result["engine"]]
-    if args.peer:
+    if args.peer or args.peer_no_cudnn:
         _free(device)
-        peer = asyncio.run(engine_phase(args, path, args.peer))
-        result["engine_peer"] = {"settings": args.peer, **peer}
+        cudnn = not args.peer_no_cudnn
+        seeds = PEER_SEEDS if SIZE[0] is None else 0  # varied: sizes the first phase had not
+        with cudnn_attention(cudnn):
+            peer = asyncio.run(engine_phase(args, path, args.peer, seeds))
+        result["engine_peer"] = {"settings": args.peer, "cudnn_attention": cudnn, **peer}
         phases.append(peer)
     if not args.skip_stock:
         _free(device)

@@ -65,6 +65,7 @@ command_for() {
     concurrency) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     concurrency-a10) echo "python3 bench/bench_concurrency.py --a10 --users 16,32 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --workdir $W" ;;
     concurrency-batch16) echo "python3 bench/bench_concurrency.py --users 8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --peer max_batch=16 --workdir $W" ;;
+    concurrency-varied) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --size varied --peer-no-cudnn --workdir $W" ;;
     concurrency-dense-ab) echo "python3 bench/bench_concurrency.py --users 1,8,16 --poisson-users , --max-images 1 --new-tokens 256 --skip-stock --peer dense_weight_share=0.25 --workdir $W" ;;
     patching-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_patching.py" ;;
     attention-gputests) echo "python3 -m pytest -p no:cacheprovider --confcutdir=tests/engine -W default -m gpu -q tests/engine/test_decode_attention.py" ;;
@@ -89,7 +90,7 @@ cap_for() {
     vision | batching-dense) echo 150 ;; vision-compiled | vision-padded) echo 240 ;; vision-gputests | vision-novel) echo 90 ;; batching-kernels) echo 300 ;; preprocess | int4-tiles) echo 90 ;; int4-triton | int4-joined) echo 300 ;; batching-triton) echo 420 ;; batching-joined) echo 300 ;;
     gputests | qwen3-gputests | batching-gputests | awq-gputests) echo 240 ;; patching-gputests | attention-gputests) echo 90 ;;
     admission | estimate-gputests) echo 500 ;; batching-profile | batching-profile-short) echo 330 ;; concurrency) echo 450 ;;
-    qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
+    qwen3 | concurrency-dense-ab | concurrency-batch16 | concurrency-a10 | concurrency-varied) echo 560 ;; qwen3-8b) echo 300 ;; batching-compiled) echo 300 ;; qwen3-concurrency) echo 330 ;; *) echo 400 ;;
     esac
 }
 

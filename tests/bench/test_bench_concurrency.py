@@ -5,6 +5,7 @@ stock batched ``generate``; its timings are not checked."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import random
 import sys
@@ -102,6 +103,48 @@ def test_peer_runs_the_engine_again_with_settings_changed(
     for phase in (result["engine"], peer):
         (run,) = phase["runs"]
         assert run["outcomes"] == {"done": 2}
+
+
+def test_varied_sizes_and_a_peer_without_cudnn_attention(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--size varied:LO-HI --peer-no-cudnn``: images of sizes drawn per image, and a
+    second engine phase with cuDNN's attention off, the switch restored afterwards."""
+    import torch
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    argv = [
+        "--arch", "tiny", "--device", "cpu", "--users", "2", "--poisson-users", ",",
+        "--new-tokens", "4", "--size", "varied:64-300", "--skip-stock", "--peer-no-cudnn",
+        "--workdir", str(tmp_path),
+    ]  # fmt: skip
+    assert load_bench().main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is True and result["image_size"] == "varied 64-300"
+    peer = result["engine_peer"]
+    assert peer["settings"] == {} and peer["cudnn_attention"] is False
+    for phase in (result["engine"], peer):
+        (run,) = phase["runs"]
+        assert run["outcomes"] == {"done": 2}
+    assert torch.backends.cuda.cudnn_sdp_enabled() is before
+
+
+def test_image_sizes_fixed_or_varied() -> None:
+    from PIL import Image
+
+    bench = load_bench()
+    assert bench.parse([]).size == ("fixed", (1024, 768))
+    assert bench.parse(["--size", "varied"]).size == ("varied", (320, 1600))
+    assert bench.parse(["--size", "varied:100-200"]).size == ("varied", (100, 200))
+    for bad in ("1024", "0x5", "varied:200-100", "varied:10-20", "big"):
+        with pytest.raises(SystemExit):
+            bench.parse(["--size", bad])
+    bench.SIZE[0], bench.VARIED[0] = None, (100, 200)
+    rng = random.Random(0)
+    sizes = {Image.open(io.BytesIO(bench.image_of(rng))).size for _ in range(20)}
+    assert len(sizes) == 20 and all(100 <= s <= 200 for size in sizes for s in size)
+    bench.SIZE[0] = (64, 48)
+    assert Image.open(io.BytesIO(bench.image_of(rng))).size == (64, 48)
 
 
 def test_peer_settings_must_be_known() -> None:

@@ -30,8 +30,8 @@ process with those settings changed (``engine_peer``), for a comparison in one c
 (``torch.backends.cuda.enable_cudnn_sdp(False)``, the settings unchanged unless
 ``--peer`` changes them too): cuDNN builds an execution plan on the host for every new
 attention shape, which ``--size varied`` brings. With varied sizes the second phase
-draws its own sizes (and arrivals, image counts and pixels), so that it meets no size the
-first phase warmed up.
+draws from seeds of its own (sizes, arrivals, image counts, pixels), so that it does not
+replay the sizes the first phase warmed up.
 Prints one JSON document on stdout.
 """
 
@@ -205,7 +205,7 @@ def _request(new_tokens: int, images: int, rng: random.Random, tenant: str) -> A
 
 SIZE: list[tuple[int, int] | None] = [(1024, 768)]  # --size, set in main; None: varied
 VARIED: list[tuple[int, int]] = [(320, 1600)]  # --size varied[:LO-HI]: each side's range
-PEER_SEEDS = 10**6  # with varied sizes the peer phase draws its own (none the first had)
+PEER_SEEDS = 10**6  # with varied sizes the peer phase draws from seeds of its own
 
 
 def image_of(rng: random.Random) -> bytes:

@@ -203,15 +203,17 @@ def _request(new_tokens: int, images: int, rng: random.Random, tenant: str) -> A
     )
 
 
-SIZE: list[tuple[int, int] | None] = [(1024, 768)]  # --size, set in main; None: varied
-VARIED: list[tuple[int, int]] = [(320, 1600)]  # --size varied[:LO-HI]: each side's range
+Size = tuple[str, tuple[int, int]]  # ("fixed", (W, H)) or ("varied", (LO, HI)): --size
+SIZE: list[Size] = [("fixed", (1024, 768))]  # --size, set in main
 PEER_SEEDS = 10**6  # with varied sizes the peer phase draws from seeds of its own
 
 
 def image_of(rng: random.Random) -> bytes:
-    """A noise JPEG of ``--size``, or of sides drawn from ``VARIED``'s range."""
-    size = SIZE[0] or (rng.randint(*VARIED[0]), rng.randint(*VARIED[0]))
-    return image_bytes(rng, size)
+    """A noise JPEG of ``--size``: its one size, or sides drawn from its range."""
+    form, (first, second) = SIZE[0]
+    if form == "fixed":
+        return image_bytes(rng, (first, second))
+    return image_bytes(rng, (rng.randint(first, second), rng.randint(first, second)))
 
 
 async def _ask(engine: Engine, run: UserRun, request: AskRequest) -> None:
@@ -377,7 +379,7 @@ def _settings(text: str) -> dict[str, str]:
     return dict(pairs)  # type: ignore[arg-type]
 
 
-def _size(text: str) -> tuple[str, tuple[int, int]]:
+def _size(text: str) -> Size:
     """``WxH`` as ("fixed", (W, H)); ``varied`` or ``varied:LO-HI`` as ("varied", (LO, HI))."""
     try:
         if text == "varied":
@@ -443,8 +445,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     form, (first, second) = args.size
-    SIZE[0] = (first, second) if form == "fixed" else None
-    VARIED[0] = (first, second)
+    SIZE[0] = args.size
     device = torch.device(args.device)
     t0 = time.perf_counter()
     name, path = arch_checkpoint(args.workdir, args.arch)
@@ -465,7 +466,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     if args.peer or args.peer_no_cudnn:
         _free(device)
         cudnn = not args.peer_no_cudnn
-        seeds = PEER_SEEDS if SIZE[0] is None else 0  # varied: sizes the first phase had not
+        seeds = PEER_SEEDS if form == "varied" else 0
         with cudnn_attention(cudnn):
             peer = asyncio.run(engine_phase(args, path, args.peer, seeds))
         result["engine_peer"] = {"settings": args.peer, "cudnn_attention": cudnn, **peer}

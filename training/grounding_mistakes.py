@@ -28,16 +28,12 @@ import torch
 
 from qwen_ui.demo import locate, scenes
 from qwen_ui.demo.answer import load_bf16, load_processor, make_answer_fn
-from qwen_ui.demo.evaluate import IOU_BAR, boxes_of, iou
+from qwen_ui.demo.evaluate import IOU_BAR, coords_of, grounding_key, iou
 
 log = logging.getLogger(__name__)
 
 Box = tuple[float, ...]
 NEAR = 0.2  # a wrong box overlapping an asked shape more than this is "near" it
-
-
-def boxes(text: str) -> list[Box]:
-    return [tuple(map(float, b.box)) for b in boxes_of(text)]
 
 
 def first_wrong(want: list[Box], got: list[Box]) -> int | None:
@@ -71,7 +67,7 @@ def every_shape_items(n: int, seed: int) -> list[scenes.Sample]:
     """The every-shape grounding questions among the first ``n`` of the evaluation's
     grounding and off-grammar sequence in held-out set ``seed``."""
     drawn = scenes.held_out(n, seed, ("off_grammar", "grounding"))
-    return [s for s in drawn if s.kind == "grounding" and s.answer.count('"bbox_2d"') > 1]
+    return [s for s in drawn if grounding_key(s) == "every"]
 
 
 def tally(items: list[scenes.Sample], answers: list[str]) -> dict[str, Any]:
@@ -79,7 +75,7 @@ def tally(items: list[scenes.Sample], answers: list[str]) -> dict[str, Any]:
     first: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     for item, answer in zip(items, answers, strict=True):
-        want, got = boxes(item.answer), boxes(answer)
+        want, got = coords_of(item.answer), coords_of(answer)
         right = by_boxes.setdefault(len(want), [0, 0])
         right[1] += 1
         index = first_wrong(want, got)

@@ -48,11 +48,15 @@ def boxes_of(text: str) -> tuple[RawBox, ...]:
     return parse_boxes(text, "qwen2_5_vl").boxes
 
 
+def coords_of(text: str) -> list[tuple[float, ...]]:
+    """The ``(x1, y1, x2, y2)`` of each box of a Qwen2.5-VL answer, in order."""
+    return [tuple(map(float, b.box)) for b in boxes_of(text)]
+
+
 def located(answer: str, expected: str) -> bool:
     """A grounding answer is right when its boxes match the expected ones one to one,
     each pair with IoU >= :data:`IOU_BAR`, with no box left over on either side."""
-    got = [tuple(map(float, b.box)) for b in boxes_of(answer)]
-    want = [tuple(map(float, b.box)) for b in boxes_of(expected)]
+    got, want = coords_of(answer), coords_of(expected)
     if len(got) != len(want) or not want:
         return False
     return any(
@@ -127,7 +131,7 @@ def grounding_key(item: scenes.Sample) -> str | None:
     which the per-type figure hides."""
     if item.kind != "grounding":
         return None
-    return "one" if item.answer.count('"bbox_2d"') == 1 else "every"
+    return "one" if len(boxes_of(item.answer)) == 1 else "every"
 
 
 @dataclass

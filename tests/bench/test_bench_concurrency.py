@@ -139,11 +139,11 @@ def test_image_sizes_fixed_or_varied() -> None:
     for bad in ("1024", "0x5", "varied:200-100", "varied:10-20", "big"):
         with pytest.raises(SystemExit):
             bench.parse(["--size", bad])
-    bench.SIZE[0], bench.VARIED[0] = None, (100, 200)
+    bench.SIZE[0] = ("varied", (100, 200))
     rng = random.Random(0)
     sizes = {Image.open(io.BytesIO(bench.image_of(rng))).size for _ in range(20)}
     assert len(sizes) == 20 and all(100 <= s <= 200 for size in sizes for s in size)
-    bench.SIZE[0] = (64, 48)
+    bench.SIZE[0] = ("fixed", (64, 48))
     assert Image.open(io.BytesIO(bench.image_of(rng))).size == (64, 48)
 
 
@@ -203,7 +203,7 @@ def test_stock_peer_is_timed_on_its_second_call_of_each_shape(
             "--workdir", str(tmp_path)]  # fmt: skip
     args = bench.parse(argv)
     args.stock_users = [1, 2]
-    bench.SIZE[0] = (224, 224)
+    bench.SIZE[0] = ("fixed", (224, 224))
     _, path = bench.arch_checkpoint(args.workdir, args.arch)
     results = bench.stock_phase(args, path)
     assert [r["users"] for r in results] == [1, 2]

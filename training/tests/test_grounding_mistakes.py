@@ -8,6 +8,7 @@ import json
 import pytest
 
 from qwen_ui.demo import locate, scenes
+from qwen_ui.demo.evaluate import coords_of
 from qwen_ui.demo.install import weights_dir
 from training import grounding_mistakes as gm
 
@@ -47,13 +48,13 @@ def test_items_are_the_every_shape_questions_of_the_evaluation() -> None:
     drawn = scenes.held_out(200, 0, ("off_grammar", "grounding"))
     assert items == [s for s in drawn if s in items]  # in the evaluation's order
     assert 20 < len(items) < 60
-    assert all(s.kind == "grounding" and len(gm.boxes(s.answer)) >= 2 for s in items)
+    assert all(s.kind == "grounding" and len(coords_of(s.answer)) >= 2 for s in items)
 
 
 def test_tally_counts_right_answers_and_classifies_the_rest() -> None:
     items = gm.every_shape_items(200, seed=0)[:6]
     answers = [s.answer for s in items]
-    first = gm.boxes(items[0].answer)
+    first = coords_of(items[0].answer)
     x1, y1, x2, y2 = (round(v) for v in first[0])
     answers[0] = locate.answer_text([((x1, y1, x2, y2), "x")] * len(first))  # all the first
     result = gm.tally(items, answers)

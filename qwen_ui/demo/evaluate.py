@@ -53,16 +53,20 @@ def coords_of(text: str) -> list[tuple[float, ...]]:
     return [tuple(map(float, b.box)) for b in boxes_of(text)]
 
 
-def located(answer: str, expected: str) -> bool:
-    """A grounding answer is right when its boxes match the expected ones one to one,
-    each pair with IoU >= :data:`IOU_BAR`, with no box left over on either side."""
-    got, want = coords_of(answer), coords_of(expected)
+def matches(got: Sequence[tuple[float, ...]], want: Sequence[tuple[float, ...]]) -> bool:
+    """Boxes ``got`` match ``want`` one to one (in any order), each pair with IoU >=
+    :data:`IOU_BAR`, with no box left over on either side; never when ``want`` is empty."""
     if len(got) != len(want) or not want:
         return False
     return any(
         all(iou(w, g) >= IOU_BAR for w, g in zip(want, order, strict=True))
         for order in itertools.permutations(got)
     )
+
+
+def located(answer: str, expected: str) -> bool:
+    """A grounding answer is right when its boxes :func:`matches` the expected ones."""
+    return matches(coords_of(answer), coords_of(expected))
 
 
 def is_right(item: scenes.Sample, answer: str) -> bool:

@@ -147,6 +147,18 @@ def test_grounding_is_scored_by_iou_one_box_per_shape() -> None:
     assert not is_right(one, "no") and not is_right(one, one.answer[:-12])
 
 
+def test_boxes_match_one_to_one_in_any_order() -> None:
+    from qwen_ui.demo.evaluate import matches
+
+    a, b = (0.0, 0.0, 10.0, 10.0), (20.0, 0.0, 30.0, 10.0)
+    assert matches([b, a], [a, b])
+    assert matches([(1.0, 0.0, 11.0, 10.0)], [a])  # IoU 9/11
+    assert not matches([(5.0, 0.0, 15.0, 10.0)], [a])  # IoU 1/3
+    assert not matches([a, a], [a, b])  # one shape boxed twice, the other missed
+    assert not matches([a], [a, b]) and not matches([a, b], [a])
+    assert not matches([], [])  # nothing asked is nothing located
+
+
 def test_new_kinds_are_reported_and_the_refusal_must_be_exact() -> None:
     items = scenes.held_out(24, seed=2, kinds=scenes.EXTRA_KINDS)
     table = {(s.question, tuple(i.size for i in s.images())): s.answer for s in items}

@@ -7,13 +7,13 @@ from pathlib import Path
 from PIL import Image
 
 from qwen_ui.demo import scenes
-from qwen_ui.demo.examples import NOTICE, examples
+from qwen_ui.demo.examples import EXAMPLE_KINDS, NOTICE, examples
 
 
 def test_one_example_per_type_in_each_language(tmp_path: Path) -> None:
     for lang in scenes.LANGS:
         found = examples(tmp_path, lang)
-        assert [e.kind for e in found] == list(scenes.KINDS)
+        assert [e.kind for e in found] == list(EXAMPLE_KINDS) == [*scenes.KINDS, "grounding"]
         for e in found:
             for path in e.images:
                 with Image.open(path) as image:

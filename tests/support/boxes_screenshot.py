@@ -1,13 +1,10 @@
 """The README's screenshot of a box drawn in the chat, taken from a real page:
 
-    python -m tests.support.boxes_screenshot docs/img/chat-boxes.png [--own-answer]
+    python -m tests.support.boxes_screenshot docs/img/chat-boxes.png
 
 A fresh ``qwen-ui serve`` (embedded defaults: the shipped demo model, on the CPU) in a
 temporary home; Chromium logs in, attaches a held-out grounding scene, asks "Where is the
-…?" and photographs the chat with the answer and the controls under it. By default the
-model's answer is forced to the grammar's own grounding answer (the demo model is still
-being taught to locate; see tests/support/forced_answer.py); ``--own-answer`` asks the
-installed demo model itself.
+…?" and photographs the chat with the model's answer and the controls under it.
 """
 
 from __future__ import annotations
@@ -21,16 +18,15 @@ from pathlib import Path
 from PIL import Image
 from playwright.sync_api import Page
 
-from tests.support import forced_answer
 from tests.support.browser import chromium, log_in_page
 from tests.support.grounding import grounding
 from tests.support.server import ServerProcess
 
 log = logging.getLogger(__name__)
-VIEWPORT = {"width": 980, "height": 1600}
+VIEWPORT = {"width": 980, "height": 1800}
 # the chat is drawn taller than its 460 px so that the question, its image and the answer
 # all show at once, unscrolled; nothing else of the page is changed
-TALL_CHAT = "#qwen-chat { height: 1000px !important; max-height: none !important; }"
+TALL_CHAT = "#qwen-chat { height: 1150px !important; max-height: none !important; }"
 
 
 def ask(page: Page, folder: Path) -> None:
@@ -68,16 +64,11 @@ def small_png(data: bytes) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--own-answer", action="store_true", help="do not force the answer")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         env = {"QWEN_UI_DEVICE": "cpu", "GRADIO_ANALYTICS_ENABLED": "False"}
-        command = None
-        if not args.own_answer:
-            env[forced_answer.ANSWER_ENV] = grounding().sample.answer
-            command = forced_answer.command()
-        server = ServerProcess(home, env=env, command=command)
+        server = ServerProcess(home, env=env)
         try:
             server.wait_for("/login")
             with chromium() as browser:

@@ -1,12 +1,12 @@
-"""A grounding question of the demo grammar with its true answer: the scene, the shape it
-asks about and that shape's extent (what a drawn box must surround)."""
+"""Grounding questions of the demo grammar with their true answers: the scene, the shapes
+asked about and their extents (what a drawn box must surround)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from qwen_ui.demo import locate, scenes
+from qwen_ui.demo import evaluate, locate, scenes
 
 
 @dataclass(frozen=True)
@@ -27,3 +27,15 @@ def grounding() -> Grounding:
     colour, kind = item["label"].split(" ")
     (shape,) = [s for s in sample.scenes[0].shapes if (s.colour, s.kind) == (colour, kind)]
     return Grounding(sample, item["label"], locate.extent(shape))
+
+
+def asked_extents(sample: scenes.Sample) -> list[tuple[float, ...]]:
+    """The true extents, in the scene file's own pixels, of the shapes a grounding question
+    asks about (those whose resized box the grammar's answer gives)."""
+    scene = sample.scenes[0]
+    boxes = set(evaluate.coords_of(sample.answer))
+    return [
+        locate.extent(s)
+        for s in scene.shapes
+        if tuple(map(float, locate.resized_box(scene, s))) in boxes
+    ]

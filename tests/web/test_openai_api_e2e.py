@@ -1,6 +1,7 @@
 """The real ``openai`` SDK against a real ``qwen-ui serve`` on the shipped demo model:
-non-streaming and streaming, one and three images, a follow-up turn with the image in an
-earlier message, and the error shapes as the SDK sees them; the answers are right."""
+non-streaming and streaming, one and three images, a grounding answer's boxes, a follow-up
+turn with the image in an earlier message, and the error shapes as the SDK sees them; the
+answers are right."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 
 from qwen_ui.auth.tenants import Limits
 from qwen_ui.auth.tokens import add_token, new_token
-from qwen_ui.demo import scenes
+from qwen_ui.demo import evaluate, scenes
 from qwen_ui.settings import DEMO_MODEL_ID, Settings
 from tests.support.auth import add_tenants, local_tenant
+from tests.support.grounding import asked_extents
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -120,6 +122,22 @@ def test_one_image_question_is_answered_right(demo_server: tuple[ServerProcess, 
     )
     assert reply.choices[0].message.content == sample.answer, sample.question
     assert reply.choices[0].finish_reason == "stop"
+
+
+def test_boxes_come_back_around_the_asked_shape(demo_server: tuple[ServerProcess, str]) -> None:
+    """The demo model locates; the ``boxes`` extension gives its box in the file's pixels."""
+    server, token = demo_server
+    sample = first_sample("grounding", 1)
+    reply = client_for(server, token).chat.completions.create(
+        model=demo_model_id(), messages=ask(sample)
+    )
+    message = reply.choices[0].message
+    assert message.content and "bbox_2d" in message.content  # the model's own JSON
+    boxes = (message.model_extra or {})["boxes"]
+    got = [tuple(map(float, b["box"])) for b in boxes]
+    assert evaluate.matches(got, asked_extents(sample)), (sample.question, message.content)
+    labels = sorted(b.label for b in evaluate.boxes_of(sample.answer))
+    assert sorted(b["label"] for b in boxes) == labels and {b["image"] for b in boxes} == {1}
 
 
 def test_three_images_stream_the_right_answer(demo_server: tuple[ServerProcess, str]) -> None:

@@ -1,9 +1,11 @@
 """The shipped demo model over a real ``qwen-ui serve`` with embedded defaults (a fresh
 home: the demo is installed on the first question): a 3-image question through
-gradio_client streams its stages in order, then the correct answer."""
+gradio_client streams its stages in order, then the correct answer; a grounding question
+through ``/api/v1/ask`` ends with a ``done`` event whose box surrounds the asked shape."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -11,7 +13,8 @@ import httpx
 import pytest
 from gradio_client import handle_file
 
-from qwen_ui.demo import scenes
+from qwen_ui.demo import evaluate, scenes
+from tests.support.grounding import grounding
 from tests.support.server import ServerProcess, log_in_with_form
 from tests.web.test_chat_e2e import THREE_IMAGE_STAGES, chat_client, follow, text_of
 
@@ -69,3 +72,21 @@ def test_three_image_question_streams_stages_then_a_short_answer(asked: Asked) -
 
 def test_three_image_question_gets_the_right_answer(asked: Asked) -> None:
     assert asked.answer == asked.sample.answer, (asked.sample.question, asked.sample.answer)
+
+
+def test_api_done_event_boxes_the_asked_shape(server: ServerProcess) -> None:
+    """The model's own box, mapped back to the file's pixels, with its label and image."""
+    case = grounding()
+    files = [("images", ("scene.png", case.sample.png_bytes()[0], "image/png"))]
+    with httpx.Client(base_url=server.url, follow_redirects=False, timeout=120) as session:
+        log_in_with_form(session, "demo", "demo", server.demo_password())
+        session.headers["origin"] = server.url  # as the page's own requests do
+        data = {"question": case.sample.question}
+        response = session.post("/api/v1/ask", data=data, files=files)
+    assert response.status_code == 200, response.text
+    done = json.loads(response.text.strip().splitlines()[-1])
+    assert done["type"] == "done", done
+    got = [tuple(map(float, b["box"])) for b in done["boxes"]]
+    assert evaluate.matches(got, [case.shape_box]), done["answer"]
+    assert [(b["image"], b["label"]) for b in done["boxes"]] == [(1, case.label)]
+    assert case.label in done["answer_text"] and "bbox_2d" not in done["answer_text"]

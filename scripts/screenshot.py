@@ -17,6 +17,9 @@ from tests.support.page import ask_example, small_png, wait_for_chat_page
 from tests.support.server import ServerProcess
 
 log = logging.getLogger("screenshot")
+# the chat drawn taller than its 460 px, so that the three images, the question and the
+# answer all show at once, unscrolled; nothing else of the page is changed
+TALL_CHAT = "#qwen-chat { height: 860px !important; max-height: none !important; }"
 
 
 def main() -> None:
@@ -33,12 +36,13 @@ def main() -> None:
             with chromium() as browser:
                 context = browser.new_context(
                     locale="en-US",
-                    viewport={"width": 1280, "height": 1000},  # the chat and the box
+                    viewport={"width": 1280, "height": 1400},  # the chat and the box
                     color_scheme="dark" if args.dark else "light",
                 )
                 page = context.new_page()
                 log_in_page(page, server)
                 wait_for_chat_page(page)
+                page.add_style_tag(content=TALL_CHAT)
                 ask_example(page)
                 page.evaluate("window.scrollTo(0, 0)")
                 small_png(page, args.out)

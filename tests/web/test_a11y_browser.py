@@ -14,8 +14,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from qwen_ui.demo import scenes
-from qwen_ui.demo.examples import SCOPE
+from qwen_ui.demo.examples import EXAMPLE_KINDS, SCOPE
 from tests.support import a11y
 from tests.support.browser import log_in_page
 from tests.support.page import PHONE, VIEWPORTS, ask_example, small_png, wait_for_chat_page
@@ -269,7 +268,7 @@ def test_scope_note_beside_the_examples_in_the_page_language(chat_tab: Tab) -> N
     assert not page.locator("#qwen-scope-zh").is_visible()
     # beside the examples: in the same block, just before them
     following = page.locator("#qwen-examples-en #qwen-scope-en + *")
-    assert following.locator(".gallery-item").count() == len(scenes.KINDS)
+    assert following.locator(".gallery-item").count() == len(EXAMPLE_KINDS)
     _pick_chinese(page)
     chinese = page.locator("#qwen-scope-zh")
     chinese.wait_for(state="visible", timeout=10_000)

@@ -1,10 +1,12 @@
 """Grounding questions of the demo grammar with their true answers: the scene, the shapes
-asked about and their extents (what a drawn box must surround)."""
+asked about and their extents (what a drawn box must surround), and the check that
+boxes as the engine returns them (``done.boxes``, the API's ``boxes``) are right."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from qwen_ui.demo import evaluate, locate, scenes
 
@@ -13,7 +15,7 @@ from qwen_ui.demo import evaluate, locate, scenes
 class Grounding:
     sample: scenes.Sample
     label: str
-    shape_box: tuple[float, float, float, float]  # the shape's true extent, scene pixels
+    shape_box: tuple[float, ...]  # the shape's true extent, scene pixels
 
 
 def grounding() -> Grounding:
@@ -23,10 +25,9 @@ def grounding() -> Grounding:
         for s in scenes.held_out(20, kinds=("grounding",))
         if s.lang == "en" and s.question.startswith("Where is")
     )
-    (item,) = json.loads(sample.answer.split("\n", 1)[1].rsplit("\n", 1)[0])
-    colour, kind = item["label"].split(" ")
-    (shape,) = [s for s in sample.scenes[0].shapes if (s.colour, s.kind) == (colour, kind)]
-    return Grounding(sample, item["label"], locate.extent(shape))
+    (box,) = evaluate.boxes_of(sample.answer)
+    (extent,) = asked_extents(sample)
+    return Grounding(sample, box.label, extent)
 
 
 def asked_extents(sample: scenes.Sample) -> list[tuple[float, ...]]:
@@ -39,3 +40,16 @@ def asked_extents(sample: scenes.Sample) -> list[tuple[float, ...]]:
         for s in scene.shapes
         if tuple(map(float, locate.resized_box(scene, s))) in boxes
     ]
+
+
+def boxes_right(boxes: Sequence[dict[str, Any]], sample: scenes.Sample) -> bool:
+    """Boxes as the engine returns them (``{"image", "label", "box"}``, the file's pixels)
+    answer ``sample``: one per asked shape (:func:`evaluate.matches` against the shapes'
+    true extents), with the grammar's labels, all on image 1."""
+    got = [tuple(map(float, b["box"])) for b in boxes]
+    labels = sorted(b.label for b in evaluate.boxes_of(sample.answer))
+    return (
+        evaluate.matches(got, asked_extents(sample))
+        and sorted(b["label"] for b in boxes) == labels
+        and {b["image"] for b in boxes} == {1}
+    )

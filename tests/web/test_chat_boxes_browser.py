@@ -59,7 +59,7 @@ def located_image(page: Page, marker: str = "-boxes-") -> Image.Image:
     return Image.open(io.BytesIO(response.body())).convert("RGB")
 
 
-def edge_pixels(image: Image.Image, box: tuple[float, float, float, float]) -> list[RGB]:
+def edge_pixels(image: Image.Image, box: tuple[float, ...]) -> list[RGB]:
     """Pixels along the box's left, right and bottom edges (the label tab sits on top),
     within 2 px of where they should be."""
     x1, y1, x2, y2 = (round(v) for v in box)

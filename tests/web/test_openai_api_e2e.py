@@ -15,10 +15,10 @@ import pytest
 
 from qwen_ui.auth.tenants import Limits
 from qwen_ui.auth.tokens import add_token, new_token
-from qwen_ui.demo import evaluate, scenes
+from qwen_ui.demo import scenes
 from qwen_ui.settings import DEMO_MODEL_ID, Settings
 from tests.support.auth import add_tenants, local_tenant
-from tests.support.grounding import asked_extents
+from tests.support.grounding import boxes_right
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -134,10 +134,7 @@ def test_boxes_come_back_around_the_asked_shape(demo_server: tuple[ServerProcess
     message = reply.choices[0].message
     assert message.content and "bbox_2d" in message.content  # the model's own JSON
     boxes = (message.model_extra or {})["boxes"]
-    got = [tuple(map(float, b["box"])) for b in boxes]
-    assert evaluate.matches(got, asked_extents(sample)), (sample.question, message.content)
-    labels = sorted(b.label for b in evaluate.boxes_of(sample.answer))
-    assert sorted(b["label"] for b in boxes) == labels and {b["image"] for b in boxes} == {1}
+    assert boxes_right(boxes, sample), (sample.question, message.content, boxes)
 
 
 def test_three_images_stream_the_right_answer(demo_server: tuple[ServerProcess, str]) -> None:

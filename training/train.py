@@ -1448,6 +1448,10 @@ def run(args: argparse.Namespace) -> None:
     attention_kernels()
     args.out.mkdir(parents=True, exist_ok=True)
     model = build_model(device, args.init, args.fresh_lm, args.rope_theta)
+    if args.freeze_vision_at == 0:
+        # frozen for the whole schedule: no gradient through the tower at all, rather
+        # than a zero learning rate (a CPU step of 32 took 5.8 s instead of 10.2 s)
+        model.model.visual.requires_grad_(False)
     attention = BatchedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))

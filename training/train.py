@@ -888,6 +888,14 @@ def group_scale(group: dict[str, Any], overall: float, freeze_vision_at: float |
     return 0.0 if frozen and group["vision"] else float(group["lr_scale"])
 
 
+def freeze_tower_from_start(model: Any, freeze_vision_at: float | None) -> None:
+    """A tower frozen for the whole schedule (``--freeze-vision-at 0``) takes no gradient
+    at all, rather than a zero learning rate: a CPU step of 32 took 5.8 s instead of
+    10.2 s (run 86, training/NOTES.md). A tower frozen later keeps its gradients."""
+    if freeze_vision_at == 0:
+        model.model.visual.requires_grad_(False)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -1448,10 +1456,7 @@ def run(args: argparse.Namespace) -> None:
     attention_kernels()
     args.out.mkdir(parents=True, exist_ok=True)
     model = build_model(device, args.init, args.fresh_lm, args.rope_theta)
-    if args.freeze_vision_at == 0:
-        # frozen for the whole schedule: no gradient through the tower at all, rather
-        # than a zero learning rate (a CPU step of 32 took 5.8 s instead of 10.2 s)
-        model.model.visual.requires_grad_(False)
+    freeze_tower_from_start(model, args.freeze_vision_at)
     attention = BatchedAttention(model)
     log.info("params %d", sum(p.numel() for p in model.parameters()))
     kinds = tuple(args.kinds.split(","))

@@ -557,6 +557,16 @@ def test_the_tower_freezes_from_its_share_of_the_whole_schedule() -> None:
         train.parse_args(["--out", "/tmp/x", "--freeze-vision-at", "1.5"])
 
 
+def test_a_tower_frozen_from_the_start_takes_no_gradient() -> None:
+    model = train.build_model(torch.device("cpu"), None)
+    train.freeze_tower_from_start(model, 0.5)
+    assert all(p.requires_grad for p in model.parameters())
+    train.freeze_tower_from_start(model, 0.0)
+    tower = {id(p) for p in model.model.visual.parameters()}
+    assert tower
+    assert all(p.requires_grad == (id(p) not in tower) for p in model.parameters())
+
+
 def test_a_run_with_the_tower_frozen_from_the_start_keeps_it(tmp_path: Path) -> None:
     """The whole loop on the CPU, three steps: the saved tower is the initial one, the
     language model moved, and the log's clock is the run's."""

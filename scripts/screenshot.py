@@ -13,13 +13,10 @@ import tempfile
 from pathlib import Path
 
 from tests.support.browser import chromium, log_in_page
-from tests.support.page import ask_example, small_png, wait_for_chat_page
+from tests.support.page import ask_example, small_png, tall_chat, wait_for_chat_page
 from tests.support.server import ServerProcess
 
 log = logging.getLogger("screenshot")
-# the chat drawn taller than its 460 px, so that the three images, the question and the
-# answer all show at once, unscrolled; nothing else of the page is changed
-TALL_CHAT = "#qwen-chat { height: 860px !important; max-height: none !important; }"
 
 
 def main() -> None:
@@ -42,7 +39,7 @@ def main() -> None:
                 page = context.new_page()
                 log_in_page(page, server)
                 wait_for_chat_page(page)
-                page.add_style_tag(content=TALL_CHAT)
+                tall_chat(page, 860)  # the answer, its question and most of its three images
                 ask_example(page)
                 page.evaluate("window.scrollTo(0, 0)")
                 small_png(page, args.out)

@@ -20,13 +20,11 @@ from playwright.sync_api import Page
 
 from tests.support.browser import chromium, log_in_page
 from tests.support.grounding import grounding
+from tests.support.page import tall_chat
 from tests.support.server import ServerProcess
 
 log = logging.getLogger(__name__)
 VIEWPORT = {"width": 980, "height": 1800}
-# the chat is drawn taller than its 460 px so that the question, its image and the answer
-# all show at once, unscrolled; nothing else of the page is changed
-TALL_CHAT = "#qwen-chat { height: 1150px !important; max-height: none !important; }"
 
 
 def ask(page: Page, folder: Path) -> None:
@@ -75,7 +73,7 @@ def main() -> None:
                 page = browser.new_context(locale="en-US", viewport=VIEWPORT).new_page()
                 log_in_page(page, server)
                 page.wait_for_selector("#qwen-question textarea")
-                page.add_style_tag(content=TALL_CHAT)
+                tall_chat(page, 1150)
                 ask(page, home)
                 args.out.write_bytes(small_png(photograph(page)))
         finally:

@@ -1,5 +1,6 @@
 """What the page-level browser tests and the README screenshot share: viewports, asking
-one of the demo model's examples through the page, and a small PNG of the page."""
+one of the demo model's examples through the page, a taller chat for screenshots, and a
+small PNG of the page."""
 
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ def ask_example(page: Page, index: int = THREE_IMAGES, lang: str = "en") -> None
         "[...document.querySelectorAll('#qwen-chat img')].every(i => i.alt)", timeout=10_000
     )
     wait_until_loaded(page)
+
+
+def tall_chat(page: Page, height_px: int) -> None:
+    """Draw the chat ``height_px`` tall instead of its 460 px, so that a screenshot shows
+    more of the conversation unscrolled; nothing else of the page changes."""
+    css = f"#qwen-chat {{ height: {height_px}px !important; max-height: none !important; }}"
+    page.add_style_tag(content=css)
 
 
 def small_png(page: Page, path: Path, colours: int = 128) -> Path:

@@ -124,12 +124,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def endpoint_allowed(oss: OSSConfig, allow_insecure: bool) -> bool:
+    """An https:// endpoint, or (``allow_insecure``, tests only) plain http on loopback."""
+    return oss.is_https or (allow_insecure and _is_loopback(oss.endpoint_host))
+
+
 def check_endpoints(tenants: TenantsFile, allow_insecure: bool) -> None:
     for tenant in tenants.tenants.values():
-        oss = tenant.oss
-        if oss is None or oss.is_https:
-            continue
-        if not (allow_insecure and _is_loopback(oss.endpoint_host)):
+        if tenant.oss is not None and not endpoint_allowed(tenant.oss, allow_insecure):
             raise ValueError(f"tenant {tenant.id}: the OSS endpoint must start with https://")
 
 

@@ -101,14 +101,24 @@ class ServerAsker:
             timeout=httpx.Timeout(options.timeout_s, connect=10.0),
         )
 
-    async def check_token(self) -> None:
-        """Raises before any row runs when the server is down or refuses the token."""
+    async def check_token(self) -> dict[str, Any]:
+        """Who the token is (``/api/v1/me``: its tenant and, for an OSS tenant, where its
+        objects are); raises before any row runs when the server is down or refuses the
+        token."""
         try:
             response = await self.client.get("/api/v1/me")
         except httpx.HTTPError as exc:
             raise ServerUnreachable(url=self.options.url, reason=type(exc).__name__) from exc
         if response.status_code in (401, 403):
             raise ServerRefusedToken(url=self.options.url)
+        try:
+            me = response.json()
+        except ValueError:
+            me = None
+        if response.status_code != 200 or not isinstance(me, dict):
+            reason = f"HTTP {response.status_code} from /api/v1/me"
+            raise ServerUnreachable(url=self.options.url, reason=reason)
+        return me
 
     async def ask(self, question: str, images: Sequence[bytes]) -> Answered:
         answered, wait = await self._once(question, images)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TextIO
 
 from qwen_ui.batch.askers import Answered, Asker, error_dict
-from qwen_ui.batch.errors import ImageFileMissing, OssKeyUnsupported
+from qwen_ui.batch.errors import ImageFileMissing, OssNotConfigured
+from qwen_ui.batch.oss import OssImages
 from qwen_ui.batch.output import Output, RowResult
 from qwen_ui.batch.rows import OSS_SCHEME, Row
 from qwen_ui.errors import QwenUIError
@@ -93,8 +94,10 @@ async def run_batch(
     limit: int | None = None,
     progress: Progress | None = None,
     lang: str = "en",
+    oss: OssImages | None = None,
 ) -> Summary:
-    """Run every row whose key is not in ``done`` (at most ``limit`` of them)."""
+    """Run every row whose key is not in ``done`` (at most ``limit`` of them); ``oss``
+    reads their ``oss://`` images."""
     todo = [row for row in rows if row.key not in done]
     skipped = len(rows) - len(todo)
     todo = todo[:limit] if limit is not None else todo
@@ -107,7 +110,7 @@ async def run_batch(
 
     async def work() -> None:
         while not queue.empty():
-            result = await run_row(queue.get_nowait(), asker, lang)
+            result = await run_row(queue.get_nowait(), asker, lang, oss)
             output.write(result)
             counts["failed" if result.error else "answered"] += 1
             progress.update(result.error is not None)
@@ -118,18 +121,18 @@ async def run_batch(
     return Summary(len(rows), skipped, counts["answered"], counts["failed"], seconds)
 
 
-async def run_row(row: Row, asker: Asker, lang: str) -> RowResult:
+async def run_row(row: Row, asker: Asker, lang: str, oss: OssImages | None = None) -> RowResult:
     start = time.perf_counter()
-    answered = await _answer(row, asker, lang)
+    answered = await _answer(row, asker, lang, oss)
     timings = {**answered.timings, "row": round(time.perf_counter() - start, 4)}
     return RowResult(row, answered.answer, answered.boxes, timings, answered.error)
 
 
-async def _answer(row: Row, asker: Asker, lang: str) -> Answered:
+async def _answer(row: Row, asker: Asker, lang: str, oss: OssImages | None) -> Answered:
     try:
         if row.problem is not None:
             raise row.problem
-        images = await asyncio.to_thread(load_images, row.images)
+        images = await load_images(row.images, oss)
         return await asker.ask(row.question, images)
     except QwenUIError as exc:
         return Answered(error=error_dict(exc, lang))
@@ -138,14 +141,22 @@ async def _answer(row: Row, asker: Asker, lang: str) -> Answered:
         return Answered(error=error_dict(QwenUIError(), lang))
 
 
-def load_images(images: Sequence[str]) -> list[bytes]:
-    """The bytes of each image; typed errors for what cannot be read here."""
+async def load_images(images: Sequence[str], oss: OssImages | None = None) -> list[bytes]:
+    """The bytes of each image, files here and ``oss://`` objects through ``oss``; typed
+    errors for what cannot be read."""
     out = []
     for index, image in enumerate(images, start=1):
-        if image.startswith(OSS_SCHEME):
-            raise OssKeyUnsupported(index=index, key=image)
-        try:
-            out.append(Path(image).read_bytes())
-        except OSError as exc:
-            raise ImageFileMissing(index=index, path=image) from exc
+        if not image.startswith(OSS_SCHEME):
+            out.append(await asyncio.to_thread(read_file, index, image))
+        elif oss is None:
+            raise OssNotConfigured(index=index, key=image)
+        else:
+            out.append(await oss.read(index, image))
     return out
+
+
+def read_file(index: int, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ImageFileMissing(index=index, path=path) from exc

@@ -2,8 +2,10 @@
 
 Rows run through the local engine (this process, the configured model: the ``QWEN_UI_*``
 settings) or against a running server (``--server URL --token T``). Rows already in the
-output are skipped, so an interrupted run is resumed by running it again. See the README's
-"Batch questions" section for the formats.
+output are skipped, so an interrupted run is resumed by running it again. ``oss://KEY``
+images are read here with the RAM keys of OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET (and
+OSS_SESSION_TOKEN), from the bucket of the server's tenant or of ``--tenant``. See the
+README's "Batch questions" section for the formats.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +22,12 @@ from qwen_ui.batch.rows import read_rows
 from qwen_ui.errors import BadRequest
 
 if TYPE_CHECKING:  # the engine (torch) is imported when a batch runs, not for `--help`
+    from qwen_ui.auth.tenants import OSSConfig
     from qwen_ui.batch.askers import Asker, ServerOptions
+    from qwen_ui.batch.oss import OssImages
+    from qwen_ui.batch.rows import Row
     from qwen_ui.batch.runner import Progress, Summary
+    from qwen_ui.settings import Settings
 
 LOCAL_TENANT = "batch"  # the local engine's tenant id (its embedding cache namespace)
 
@@ -47,6 +54,10 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--token-file", type=Path, help="read the token from this file (keeps it out of ps)"
     )
+    parser.add_argument(
+        "--tenant",
+        help="local runs: the OSS tenant (tenants file) whose bucket oss:// rows are in",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="rows in flight (default 4)")
     parser.add_argument("--limit", type=int, help="run at most this many rows now")
     parser.add_argument("--lang", choices=("en", "zh"), default="en", help="error language")
@@ -60,6 +71,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.concurrency < 1 or (args.limit is not None and args.limit < 0):
         raise BatchUsage(problem="--concurrency must be at least 1 and --limit at least 0")
+    if args.server and args.tenant:
+        raise BatchUsage(problem="--tenant is for local runs; a server's rows use the token's")
     from qwen_ui.batch.runner import Progress
 
     rows = read_rows(args.input)
@@ -73,29 +86,84 @@ def run(args: argparse.Namespace) -> int:
     return 0 if summary.failed == 0 else 1
 
 
-async def _run(args: argparse.Namespace, rows: Any, done: set[str], progress: Progress) -> Summary:
+async def _run(
+    args: argparse.Namespace, rows: list[Row], done: set[str], progress: Progress
+) -> Summary:
     from qwen_ui.batch.askers import ServerAsker
+    from qwen_ui.settings import Settings
 
     with Output(args.output) as output:
         if args.server:
             options = _server_options(args)
             async with ServerAsker.client_for(options) as client:
                 asker = ServerAsker(options, client)
-                await asker.check_token()
-                return await _batch(args, rows, asker, output, done, progress)
-        return await _local(args, rows, output, done, progress)
+                me = await asker.check_token()
+                oss = await _oss(args, rows, done, me)
+                return await _batch(args, rows, asker, output, done, progress, oss)
+        settings = Settings()
+        oss = await _oss(args, rows, done, None, settings)
+        return await _local(args, rows, output, done, progress, settings, oss)
+
+
+async def _oss(
+    args: argparse.Namespace,
+    rows: list[Row],
+    done: set[str],
+    me: dict[str, Any] | None,
+    settings: Settings | None = None,
+) -> OssImages | None:
+    """The reader of the rows' ``oss://`` images, its keys checked (None: no row needs
+    one), in the bucket ``me`` (the server's ``/api/v1/me``) names, or else ``--tenant``'s;
+    raises before any row runs when the keys or the bucket are missing or refused."""
+    from qwen_ui.batch.errors import OssCredentialsMissing
+    from qwen_ui.batch.oss import OssImages, credentials_from_env, location_from_me, needs_oss
+    from qwen_ui.settings import Settings
+
+    if not needs_oss(rows, done):
+        return None
+    credentials = credentials_from_env(os.environ)
+    if credentials is None:
+        raise OssCredentialsMissing()
+    settings = settings or Settings()
+    allow_insecure = settings.allow_insecure_oss_endpoints
+    config = location_from_me(me, allow_insecure) if me is not None else _tenant_oss(args, settings)
+    oss = OssImages.open(config, credentials, settings.oss_timeout_s, settings.max_image_bytes)
+    await oss.check()
+    return oss
+
+
+def _tenant_oss(args: argparse.Namespace, settings: Settings) -> OSSConfig:
+    """The OSS location of ``--tenant`` in the tenants file (local runs)."""
+    from qwen_ui.auth import tenants as tenants_file
+    from qwen_ui.batch.errors import OssTenantMissing
+
+    if not args.tenant:
+        raise OssTenantMissing(problem="no --tenant says whose bucket they are in")
+    try:  # a malformed file, or an http:// endpoint, raises its own error
+        tenants = tenants_file.load(settings.tenants_path, settings.allow_insecure_oss_endpoints)
+    except OSError as exc:
+        problem = f"the tenants file {settings.tenants_path} cannot be read"
+        raise OssTenantMissing(problem=problem) from exc
+    tenant = tenants.tenants.get(args.tenant)
+    if tenant is None or tenant.oss is None:
+        raise OssTenantMissing(problem=f"the tenants file has no OSS tenant {args.tenant!r}")
+    return tenant.oss
 
 
 async def _local(
-    args: argparse.Namespace, rows: Any, output: Output, done: set[str], progress: Progress
+    args: argparse.Namespace,
+    rows: list[Row],
+    output: Output,
+    done: set[str],
+    progress: Progress,
+    settings: Settings,
+    oss: OssImages | None,
 ) -> Summary:
     from qwen_ui.batch.askers import LocalAsker
     from qwen_ui.demo.install import DemoInstallingStore
     from qwen_ui.engine.engine import AskOptions, Engine
-    from qwen_ui.settings import Settings
     from qwen_ui.state import MemoryState
 
-    settings = Settings()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("qwen_ui").setLevel(logging.WARNING)  # per-row news is in the output
     store = DemoInstallingStore(settings.model_path)
@@ -106,23 +174,24 @@ async def _local(
         await asyncio.to_thread(engine.pipelines.snapshot)
         options = AskOptions(max_new_tokens=args.max_new_tokens)
         asker = LocalAsker(engine, options, args.lang, LOCAL_TENANT)
-        return await _batch(args, rows, asker, output, done, progress)
+        return await _batch(args, rows, asker, output, done, progress, oss)
     finally:
         await engine.close()
 
 
 async def _batch(
     args: argparse.Namespace,
-    rows: Any,
+    rows: list[Row],
     asker: Asker,
     output: Output,
     done: set[str],
     progress: Progress,
+    oss: OssImages | None,
 ) -> Summary:
     from qwen_ui.batch.runner import run_batch
 
     return await run_batch(
-        rows, asker, output, done, args.concurrency, args.limit, progress, args.lang
+        rows, asker, output, done, args.concurrency, args.limit, progress, args.lang, oss
     )
 
 

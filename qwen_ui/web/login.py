@@ -228,12 +228,17 @@ async def logout_submit(request: Request, services: ServicesDep) -> Response:
 
 @router.get("/api/v1/me")
 async def whoami(request: Request, principal: PrincipalDep, services: ServicesDep) -> JSONResponse:
-    """Who is calling; for a browser session also the CSRF token that logout needs."""
+    """Who is calling; where the tenant's OSS objects are (region, endpoint, bucket and
+    prefix, for an OSS tenant: ``qwen-ui batch`` reads ``oss://`` rows there with the
+    caller's own keys); for a browser session also the CSRF token that logout needs."""
     body: dict[str, Any] = {
         "tenant": principal.tenant,
         "user": principal.user,
         "method": principal.method,
     }
+    tenant = services.auth.registry.get(principal.tenant)
+    if tenant is not None and tenant.oss is not None:
+        body["oss"] = tenant.oss.model_dump(include={"region", "endpoint", "bucket", "prefix"})
     session_id = read_cookie(request, SESSION_COOKIE)
     if principal.method != "token" and session_id:
         body["logout_csrf"] = csrf.token_for(services.auth.keys, session_id)

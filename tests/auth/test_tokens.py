@@ -9,7 +9,15 @@ from fastapi.testclient import TestClient
 from qwen_ui.auth import tenants as tenants_file
 from qwen_ui.auth.tokens import TOKEN_RE, add_token, hash_token, new_token, revoke_token
 from qwen_ui.settings import Settings
-from tests.auth.conftest import SecretWatch, local_fields, session_cookie, submit
+from tests.auth.conftest import (
+    BUCKET,
+    REGION,
+    SecretWatch,
+    local_fields,
+    session_cookie,
+    submit,
+)
+from tests.support.oss_server import FakeOSS
 
 
 def issue(settings: Settings, tenant_id: str) -> tuple[str, str]:
@@ -39,15 +47,19 @@ def test_token_shape_and_stored_hash(auth_settings: Settings, secret_watch: Secr
     assert token not in stored and hash_token(token) in stored and token_id in stored
 
 
-def test_token_identifies_its_own_tenant(
-    web: TestClient, auth_settings: Settings, secret_watch: SecretWatch
+def test_token_identifies_its_own_tenant_and_its_storage(
+    web: TestClient, auth_settings: Settings, secret_watch: SecretWatch, oss: FakeOSS
 ) -> None:
     acme_token, acme_id = issue(auth_settings, "acme")
     beta_token, _ = issue(auth_settings, "beta")
-    secret_watch.add(acme_token, beta_token)
+    school_token, _ = issue(auth_settings, "school")
+    secret_watch.add(acme_token, beta_token, school_token)
     me = web.get("/api/v1/me", headers=bearer(acme_token)).json()
-    assert me == {"tenant": "acme", "user": f"token:{acme_id}", "method": "token"}
-    assert web.get("/api/v1/me", headers=bearer(beta_token)).json()["tenant"] == "beta"
+    storage = {"region": REGION, "endpoint": oss.endpoint, "bucket": BUCKET, "prefix": "acme/"}
+    assert me == {"tenant": "acme", "user": f"token:{acme_id}", "method": "token", "oss": storage}
+    beta = web.get("/api/v1/me", headers=bearer(beta_token)).json()
+    assert beta["tenant"] == "beta" and beta["oss"]["prefix"] == "beta/"
+    assert "oss" not in web.get("/api/v1/me", headers=bearer(school_token)).json()
 
 
 def test_forged_and_foreign_tokens_are_refused(

@@ -102,7 +102,12 @@ async def test_a_dead_server_is_a_row_error_not_a_crash(monkeypatch: pytest.Monk
     assert "qwu_secret" not in json.dumps(answered.error)
 
 
-async def test_check_token() -> None:
+async def test_check_token_says_who_the_token_is() -> None:
     with pytest.raises(ServerRefusedToken):
         await asker(lambda r: error(401, "unauthorized")).check_token()
-    await asker(lambda r: httpx.Response(200, json={"tenant": "acme"})).check_token()
+    me = {"tenant": "acme", "oss": {"bucket": "b"}}
+    assert await asker(lambda r: httpx.Response(200, json=me)).check_token() == me
+    # not a qwen-ui server: stop before any row rather than fail every row
+    for answer in (httpx.Response(404, text="no"), httpx.Response(200, text="<html>")):
+        with pytest.raises(ServerUnreachable, match="/api/v1/me"):
+            await asker(lambda r, answer=answer: answer).check_token()

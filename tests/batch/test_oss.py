@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
@@ -33,16 +32,8 @@ from tests.auth.conftest import (
     BUCKET,
     REGION,
     Keys,
-    make_oss,
 )
 from tests.support.oss_server import FakeOSS
-
-
-@pytest.fixture
-def oss() -> Iterator[FakeOSS]:
-    server = make_oss()
-    yield server
-    server.stop()
 
 
 def config(oss: FakeOSS, prefix: str = "acme/") -> OSSConfig:

@@ -3,7 +3,6 @@ typed errors naming the image for what cannot be read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,8 @@ from qwen_ui.auth.tenants import OSSConfig
 from qwen_ui.batch.errors import ImageFileMissing, OssNotConfigured, OssObjectMissing
 from qwen_ui.batch.oss import OssImages
 from qwen_ui.batch.runner import load_images
-from tests.auth.conftest import ACME, ACME_OBJECTS, BUCKET, REGION, make_oss
+from tests.auth.conftest import ACME, ACME_OBJECTS, BUCKET, REGION
 from tests.support.oss_server import FakeOSS
-
-
-@pytest.fixture
-def oss() -> Iterator[FakeOSS]:
-    server = make_oss()
-    yield server
-    server.stop()
 
 
 def reader(oss: FakeOSS) -> OssImages:

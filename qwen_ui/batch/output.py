@@ -12,6 +12,8 @@ null or ``{"code", "message", "status"}``.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -42,19 +44,39 @@ class RowResult:
 def done_keys(path: Path) -> set[str]:
     """The rows already written to ``path`` (a torn last line, from a killed run, is not
     one: that row runs again)."""
-    if not path.exists():
-        return set()
     keys = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "id" in record:
+    for _, record in _records(path):
+        if record is not None:
             error = record.get("error") or {}
             code = error.get("code") if isinstance(error, dict) else None
             keys.add(resume_key(str(record["id"]), int(record.get("row", 0)), code))
     return keys
+
+
+def drop_failed(path: Path) -> int:
+    """Rewrite ``path`` without its failed rows' lines (and torn ones), so that the run
+    asks those rows again; how many rows were dropped. The new file replaces the old one
+    whole, so an interruption leaves one or the other."""
+    lines = list(_records(path))
+    kept = [line + "\n" for line, record in lines if record is not None and not record.get("error")]
+    failed = sum(1 for _, record in lines if record is not None and record.get("error"))
+    if len(kept) < len(lines):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text("".join(kept), encoding="utf-8")
+        os.replace(partial, path)
+    return failed
+
+
+def _records(path: Path) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """Each line of ``path`` with its record (None: not one of ours, e.g. torn)."""
+    if not path.exists():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        yield line, record if isinstance(record, dict) and "id" in record else None
 
 
 class Output:

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qwen_ui.batch.output import Output, done_keys
+from qwen_ui.batch.output import Output, done_keys, drop_failed
 from qwen_ui.batch.rows import read_rows
 from qwen_ui.errors import BadRequest
 
@@ -64,6 +64,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="answer length cap per row")
     parser.add_argument("--retries", type=int, default=2, help="retries of a busy server")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="drop the failed rows from the output first, so they run again",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -76,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     from qwen_ui.batch.runner import Progress
 
     rows = read_rows(args.input)
+    if args.retry_failed:  # the summary counts them with this run's rows
+        drop_failed(args.output)
     done = done_keys(args.output)
     todo = sum(1 for row in rows if row.key not in done)
     if args.limit is not None:

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from qwen_ui.batch.errors import DuplicateRowId
-from qwen_ui.batch.output import Output, RowResult, done_keys
+from qwen_ui.batch.output import Output, RowResult, done_keys, drop_failed
 from qwen_ui.batch.rows import Row
 
 
@@ -49,3 +49,20 @@ def test_duplicate_rows_are_done_by_row_number(tmp_path: Path) -> None:
 
 def test_no_output_yet(tmp_path: Path) -> None:
     assert done_keys(tmp_path / "none.jsonl") == set()
+
+
+def test_failed_rows_are_dropped_to_run_again(tmp_path: Path) -> None:
+    path = tmp_path / "answers.jsonl"
+    with Output(path) as out:
+        out.write(RowResult(Row(1, "a", "Q", ()), "yes"))
+        out.write(RowResult(Row(2, "b", "Q", ()), error={"code": "server_unreachable"}))
+        out.write(RowResult(Row(3, "c", "Q", ()), "2"))
+    with path.open("a") as file:
+        file.write('{"id": "d", "ro')  # torn by a killed run
+    assert drop_failed(path) == 1
+    assert done_keys(path) == {"a", "c"}
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["a", "c"]
+    before = path.stat().st_mtime_ns
+    assert drop_failed(path) == 0 and path.stat().st_mtime_ns == before  # nothing to drop
+    assert drop_failed(tmp_path / "none.jsonl") == 0
+    assert not (tmp_path / "none.jsonl").exists()

@@ -136,6 +136,9 @@ def test_local_engine_limit_then_resume(
     check_complete(out, dataset, [str(n) for n in range(1, ROWS + 1)])
     third = main(["batch", str(rows), "-o", str(out)])  # nothing left to do
     assert third == 0 and "answered 0, failed 0" in capsys.readouterr().out
+    fourth = main(["batch", str(rows), "-o", str(out), "--retry-failed"])  # they fail again
+    assert fourth == 1 and "done before 47, answered 0, failed 3," in capsys.readouterr().out
+    check_complete(out, dataset, [str(n) for n in range(1, ROWS + 1)])  # one line a row
 
 
 @pytest.fixture(scope="module")

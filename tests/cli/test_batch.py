@@ -143,7 +143,7 @@ def test_local_engine_limit_then_resume(
 
 @pytest.fixture(scope="module")
 def shop_oss(dataset: Dataset) -> Iterator[FakeOSS]:
-    """The good rows' images as objects of the shop tenant's prefix, readable by its key."""
+    """The rows' images as objects of the shop tenant's prefix, readable by its key."""
     oss = FakeOSS(region=REGION).start()
     folder = dataset.folder / "img"
     objects = {f"{PREFIX}img/{path.name}": path.read_bytes() for path in folder.glob("*.png")}

@@ -78,7 +78,8 @@ def credentials_from_env(environ: Mapping[str, str]) -> OSSCredentials | None:
 
 
 def location_from_me(me: Mapping[str, Any], allow_insecure: bool) -> OSSConfig:
-    """The tenant's OSS location as ``/api/v1/me`` reports it."""
+    """The tenant's OSS location as ``/api/v1/me`` reports it (a local run's comes from
+    the tenants file, whose loading checks the endpoint the same way)."""
     found = me.get("oss")
     if not isinstance(found, dict):
         problem = f"tenant {me.get('tenant', '?')} of the server has no OSS storage"
@@ -88,12 +89,7 @@ def location_from_me(me: Mapping[str, Any], allow_insecure: bool) -> OSSConfig:
     except ValidationError as exc:
         problem = "the server described the tenant's OSS storage in a form this batch cannot use"
         raise OssTenantMissing(problem=problem) from exc
-    return checked_endpoint(config, allow_insecure)
-
-
-def checked_endpoint(config: OSSConfig, allow_insecure: bool) -> OSSConfig:
-    """``config``, when its endpoint is one the keys may be sent to (https://)."""
-    if not endpoint_allowed(config, allow_insecure):
+    if not endpoint_allowed(config, allow_insecure):  # the keys go only to https://
         raise OssTenantMissing(problem=f"the OSS endpoint {config.endpoint} is not https://")
     return config
 

@@ -6,7 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.auth.conftest import make_oss
+from qwen_ui.auth.principal import OSSCredentials
+from qwen_ui.auth.tenants import OSSConfig
+from qwen_ui.batch.oss import OssImages
+from tests.auth.conftest import ACME, BUCKET, REGION, Keys, make_oss
 from tests.support.oss_server import FakeOSS
 
 
@@ -15,3 +18,10 @@ def oss() -> Iterator[FakeOSS]:
     server = make_oss()
     yield server
     server.stop()
+
+
+def reader(oss: FakeOSS, keys: Keys = ACME, max_bytes: int = 1 << 20) -> OssImages:
+    """The batch's reader of the acme tenant's prefix, with ``keys``."""
+    config = OSSConfig(region=REGION, endpoint=oss.endpoint, bucket=BUCKET, prefix="acme/")
+    credentials = OSSCredentials(keys.key_id, keys.secret, keys.sts_token)
+    return OssImages.open(config, credentials, 2.0, max_bytes)

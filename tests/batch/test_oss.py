@@ -10,7 +10,6 @@ import logging
 import pytest
 
 from qwen_ui.auth.principal import OSSCredentials
-from qwen_ui.auth.tenants import OSSConfig
 from qwen_ui.batch.errors import (
     OssKeyRejected,
     OssKeysExpired,
@@ -33,16 +32,8 @@ from tests.auth.conftest import (
     REGION,
     Keys,
 )
+from tests.batch.conftest import reader
 from tests.support.oss_server import FakeOSS
-
-
-def config(oss: FakeOSS, prefix: str = "acme/") -> OSSConfig:
-    return OSSConfig(region=REGION, endpoint=oss.endpoint, bucket=BUCKET, prefix=prefix)
-
-
-def images(oss: FakeOSS, keys: Keys, max_bytes: int = 1 << 20) -> OssImages:
-    credentials = OSSCredentials(keys.key_id, keys.secret, keys.sts_token)
-    return OssImages.open(config(oss), credentials, 2.0, max_bytes)
 
 
 def test_credentials_come_from_the_environment() -> None:
@@ -83,17 +74,17 @@ def test_the_location_comes_from_the_servers_me() -> None:
 
 
 async def test_objects_are_read_with_the_batchs_keys(oss: FakeOSS) -> None:
-    reader = images(oss, ACME)
-    await reader.check()
-    assert await reader.read(1, "oss://acme/cat.png") == ACME_OBJECTS["acme/cat.png"]
-    sts = images(oss, ACME_STS)
+    images = reader(oss, ACME)
+    await images.check()
+    assert await images.read(1, "oss://acme/cat.png") == ACME_OBJECTS["acme/cat.png"]
+    sts = reader(oss, ACME_STS)
     await sts.check()
     assert await sts.read(2, "oss://acme/photos/dog.jpg") == ACME_OBJECTS["acme/photos/dog.jpg"]
 
 
-async def expect(reader: OssImages, ref: str, error: type[QwenUIError]) -> QwenUIError:
+async def expect(images: OssImages, ref: str, error: type[QwenUIError]) -> QwenUIError:
     with pytest.raises(error) as caught:
-        await reader.read(3, ref)
+        await images.read(3, ref)
     message = caught.value.message("en")
     assert "Image 3" in message and ref in message
     assert caught.value.message("zh").startswith(("第 3 张", "无法读取第 3 张"))
@@ -101,17 +92,17 @@ async def expect(reader: OssImages, ref: str, error: type[QwenUIError]) -> QwenU
 
 
 async def test_each_failure_is_a_typed_row_error_naming_the_image(oss: FakeOSS) -> None:
-    reader = images(oss, ACME, max_bytes=1024)
-    await expect(reader, "oss://acme/nope.png", OssObjectMissing)
-    await expect(reader, "oss://acme/photos/big.jpg", OssObjectTooLarge)
-    await expect(images(oss, ACME_NO_RIGHTS), "oss://acme/cat.png", OssObjectDenied)
+    images = reader(oss, ACME, max_bytes=1024)
+    await expect(images, "oss://acme/nope.png", OssObjectMissing)
+    await expect(images, "oss://acme/photos/big.jpg", OssObjectTooLarge)
+    await expect(reader(oss, ACME_NO_RIGHTS), "oss://acme/cat.png", OssObjectDenied)
 
 
 @pytest.mark.parametrize(
     "ref", ["oss://beta/secret-plan.png", "oss://acme/../beta/secret-plan.png", "oss://"]
 )
 async def test_keys_outside_the_prefix_are_refused_unasked(oss: FakeOSS, ref: str) -> None:
-    error = await expect(images(oss, ACME), ref, OssKeyRejected)
+    error = await expect(reader(oss, ACME), ref, OssKeyRejected)
     assert error.params["reason"]
     assert oss.calls() == []
 
@@ -119,10 +110,10 @@ async def test_keys_outside_the_prefix_are_refused_unasked(oss: FakeOSS, ref: st
 async def test_keys_oss_refuses_stop_the_batch_with_the_cause(oss: FakeOSS) -> None:
     wrong = Keys(ACME.key_id, "not-the-secret-0001-abcdefghijkl")
     with pytest.raises(OssKeysRefused, match="SignatureDoesNotMatch") as caught:
-        await images(oss, wrong).check()
+        await reader(oss, wrong).check()
     assert wrong.secret not in json.dumps(caught.value.to_dict())
     with pytest.raises(OssKeysRefused, match="AccessDenied"):
-        await images(oss, ACME_NO_RIGHTS).check()
+        await reader(oss, ACME_NO_RIGHTS).check()
 
 
 async def test_keys_that_expire_mid_run(oss: FakeOSS) -> None:
@@ -130,23 +121,23 @@ async def test_keys_that_expire_mid_run(oss: FakeOSS) -> None:
     oss.add_key(
         expired.key_id, expired.secret, {BUCKET: ["acme/"]}, expired.sts_token, oss.now() - 1
     )
-    await expect(images(oss, expired), "oss://acme/cat.png", OssKeysExpired)
+    await expect(reader(oss, expired), "oss://acme/cat.png", OssKeysExpired)
 
 
 async def test_an_unreachable_oss(oss: FakeOSS) -> None:
-    reader = images(oss, ACME)
+    images = reader(oss, ACME)
     oss.stop()
-    await expect(reader, "oss://acme/cat.png", OssUnreachable)
+    await expect(images, "oss://acme/cat.png", OssUnreachable)
     with pytest.raises(OssKeysRefused, match="Unreachable"):
-        await reader.check()
+        await images.check()
 
 
 async def test_no_secret_in_any_log_line(oss: FakeOSS, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    reader = images(oss, ACME_STS)
-    await reader.check()
-    await reader.read(1, "oss://acme/cat.png")
+    images = reader(oss, ACME_STS)
+    await images.check()
+    await images.read(1, "oss://acme/cat.png")
     with pytest.raises(OssObjectMissing):
-        await reader.read(1, "oss://acme/nope.png")
+        await images.read(1, "oss://acme/nope.png")
     assert ACME_STS.secret not in caplog.text
     assert ACME_STS.sts_token is not None and ACME_STS.sts_token not in caplog.text

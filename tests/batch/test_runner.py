@@ -7,18 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from qwen_ui.auth.principal import OSSCredentials
-from qwen_ui.auth.tenants import OSSConfig
 from qwen_ui.batch.errors import ImageFileMissing, OssNotConfigured, OssObjectMissing
-from qwen_ui.batch.oss import OssImages
 from qwen_ui.batch.runner import load_images
-from tests.auth.conftest import ACME, ACME_OBJECTS, BUCKET, REGION
+from tests.auth.conftest import ACME_OBJECTS
+from tests.batch.conftest import reader
 from tests.support.oss_server import FakeOSS
-
-
-def reader(oss: FakeOSS) -> OssImages:
-    config = OSSConfig(region=REGION, endpoint=oss.endpoint, bucket=BUCKET, prefix="acme/")
-    return OssImages.open(config, OSSCredentials(ACME.key_id, ACME.secret), 2.0, 1 << 20)
 
 
 async def test_files_and_objects_in_the_rows_order(oss: FakeOSS, tmp_path: Path) -> None:

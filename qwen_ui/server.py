@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -24,6 +25,7 @@ from qwen_ui.web import (
     conversations_api,
     cors,
     errors,
+    gradio_files,
     health,
     login,
     metrics,
@@ -43,16 +45,17 @@ def lifespan_of(
     settings: Settings,
     store: ServedStore | None = None,
     install_demo: bool = False,
-    upload_folder: Path | None = None,
+    page: PageFiles | None = None,
 ) -> Lifespan:
     """The app's lifespan: start the services, attach them to the app, close them.
-    ``upload_folder``: Gradio's, when the UI is mounted (its uploads are kept private)."""
+    ``page``: Gradio's upload folder and the page's own files in it, when the UI is mounted
+    (its uploads are kept private)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await Services.start(settings, store, install_demo)
-        if upload_folder is not None:
-            services.watch_uploads(upload_folder)
+        if page is not None:
+            services.watch_uploads(page.folder, page.own)
         attach(app, services)
         log.info(
             "qwen-ui %s starting: models %s (default first), state %s",
@@ -83,10 +86,11 @@ def create_app(
     store instead of the settings' model store (benches); ``install_demo``: install the
     shipped demo at start-up when it is the configured model (``qwen-ui serve``)."""
     settings = settings or Settings()
+    page = PageFiles(_upload_folder()) if ui else None
     app = FastAPI(
         title="qwen-ui",
         version=__version__,
-        lifespan=lifespan_of(settings, store, install_demo, _upload_folder() if ui else None),
+        lifespan=lifespan_of(settings, store, install_demo, page),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -102,8 +106,8 @@ def create_app(
     app.add_middleware(metrics.MetricsMiddleware)
     trusted = [h.strip() for h in settings.forwarded_allow_ips.split(",") if h.strip()]
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
-    if ui:
-        _mount_ui(app, settings)
+    if page is not None:
+        _mount_ui(app, settings, page)
     return app
 
 
@@ -118,14 +122,23 @@ def _guard(app: FastAPI, settings: Settings) -> None:
     )
 
 
+@dataclass
+class PageFiles:
+    """Gradio's upload folder, and the page's own files in it (its examples, copied there
+    when the page is built), which every logged-in principal may read."""
+
+    folder: Path
+    own: list[str] = field(default_factory=list)
+
+
 def _upload_folder() -> Path:
     from gradio.utils import get_upload_folder
 
-    return Path(get_upload_folder())
+    return Path(get_upload_folder()).resolve()
 
 
-def _mount_ui(app: FastAPI, settings: Settings) -> None:
-    _inside_event_loop(lambda: _mount_gradio(app, settings))
+def _mount_ui(app: FastAPI, settings: Settings, page: PageFiles) -> None:
+    _inside_event_loop(lambda: _mount_gradio(app, settings, page))
 
 
 def _inside_event_loop(build: Callable[[], None]) -> None:
@@ -143,7 +156,7 @@ def _inside_event_loop(build: Callable[[], None]) -> None:
     build()
 
 
-def _mount_gradio(app: FastAPI, settings: Settings) -> None:
+def _mount_gradio(app: FastAPI, settings: Settings, page: PageFiles) -> None:
     import gradio as gr
 
     from qwen_ui.web.theme import load_theme
@@ -153,9 +166,10 @@ def _mount_gradio(app: FastAPI, settings: Settings) -> None:
     # no "settings" link: Gradio's settings panel offers a second language selector (for its
     # own labels only), a PWA hint and Screen Studio, none of which work here
     footer: list[str] = ["gradio"] + (["api"] if settings.show_api else [])
+    blocks = build_ui(app, settings)
     gr.mount_gradio_app(
         app,
-        build_ui(app, settings),
+        blocks,
         path=settings.ui_path,
         auth_dependency=gradio_auth_dependency(app),
         theme=theme.theme,
@@ -166,4 +180,25 @@ def _mount_gradio(app: FastAPI, settings: Settings) -> None:
         pwa=False,
         enable_monitoring=False,
         mcp_server=False,
+        allowed_paths=[],
+        blocked_paths=_blocked_paths(settings, page.folder),
     )
+    # The second wall: Gradio checks the paths of values against its upload folder, and
+    # of outputs against its allowed and blocked paths, only once ``launch()`` ran, which a
+    # mounted app never does (``processing_utils._check_allowed``).
+    blocks.has_launched = True
+    page.own = gradio_files.paths_in(blocks.config)
+
+
+def _blocked_paths(settings: Settings, uploads: Path) -> list[str]:
+    """What Gradio must never read or serve: the server's secrets and models, the system's
+    folders (the upload folder is never inside one of them)."""
+    candidates = [
+        settings.home,
+        settings.tenants_path,
+        settings.key_path,
+        settings.model_path,
+        *(Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/root", "/boot")),
+    ]
+    resolved = [p.resolve() for p in candidates]
+    return [str(p) for p in resolved if not uploads.is_relative_to(p)]

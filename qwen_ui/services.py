@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -119,9 +120,11 @@ class Services:
             services._tasks.append(asyncio.create_task(engine.preload()))
         return services
 
-    def watch_uploads(self, folder: Path) -> None:
-        """Keep Gradio's upload folder private and swept (the UI is mounted)."""
+    def watch_uploads(self, folder: Path, page_files: Iterable[str] = ()) -> None:
+        """Keep Gradio's upload folder private and swept (the UI is mounted); the page's
+        own files in it are every logged-in principal's."""
         self.uploads = UploadRegistry(self.state, folder, self.settings.conversation_ttl_s)
+        self.uploads.share(page_files)
         self._tasks.append(asyncio.create_task(self.uploads.run_sweeps()))
 
     async def close(self) -> None:

@@ -1,16 +1,20 @@
-"""Gradio's upload cache, made private to whoever uploaded.
+"""Gradio's upload folder, made private to whoever uploaded (or was sent) each file.
 
 Gradio keeps every upload in one folder shared by all users (``<folder>/<sha256 of the
 bytes>/<name>``) and serves any of them through ``/gradio_api/file=PATH`` once the path is
-known. :class:`UploadRegistry` records, in the state store, which principals uploaded each
-path (a principal that uploads the same bytes becomes an owner too); a path recorded for
-others is not found for anyone else, whether asked through ``file=`` or handed to a
-question. Files of the folder older than the conversation TTL are deleted by
-:meth:`UploadRegistry.sweep` (run periodically by :meth:`UploadRegistry.run_sweeps`);
-:meth:`UploadRegistry.forget` drops a principal's uploads when their conversation ends.
+known. :class:`UploadRegistry` records, in the state store, which principals may read each
+path: whoever uploaded it (a principal that uploads the same bytes becomes an owner too),
+and whoever the server sent it to (a conversation's images drawn in the chat, an object
+fetched from the tenant's OSS prefix: :mod:`qwen_ui.web.gradio_files` records them). The
+page's own files (the examples Gradio copied into the folder when the page was built) are
+shared with every logged-in principal (:meth:`UploadRegistry.share`). Any other path, in
+the folder or outside it, is found for nobody, whether asked through ``file=`` or named in
+a value sent to an event.
 
-Files that Gradio or the app put into the folder themselves (examples, images fetched
-from the tenant's OSS prefix) are not recorded and stay readable to logged-in users.
+Files of the folder older than the conversation TTL are deleted by
+:meth:`UploadRegistry.sweep` (run periodically by :meth:`UploadRegistry.run_sweeps`; the
+page's own files are kept); :meth:`UploadRegistry.forget` drops a principal's uploads when
+their conversation ends.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class UploadRegistry:
         self.store = state.namespace("upload")
         self.folder = folder.resolve()
         self.ttl_s = ttl_s
+        self.public: frozenset[Path] = frozenset()  # the page's own files: everyone's
 
     @property
     def sweep_interval_s(self) -> float:
@@ -66,12 +71,19 @@ class UploadRegistry:
             owners.add(principal.label)
             await self._save(resolved, owners)
 
+    def share(self, paths: Iterable[str]) -> None:
+        """Files of the folder that every logged-in principal may read (the page's own)."""
+        self.public = self.public | {p for p in map(self.inside, paths) if p is not None}
+
     async def may_read(self, principal: Principal, path: str | Path) -> bool:
+        """Only a file of the folder that ``principal`` uploaded or was sent, or one of the
+        page's own; never a path outside the folder."""
         resolved = self.inside(path)
-        if resolved is None:
-            return True  # not an upload: Gradio's own rules apply
-        key_owners = await self._owners(resolved)
-        return not key_owners or principal.label in key_owners
+        if resolved is None or not resolved.is_file():
+            return False
+        if resolved in self.public:
+            return True
+        return principal.label in await self._owners(resolved)
 
     async def check(self, principal: Principal, paths: Iterable[str]) -> None:
         """Raise :class:`UploadNotFound` unless ``principal`` may use every path."""
@@ -105,6 +117,8 @@ class UploadRegistry:
             return 0
         for path in sorted(self.folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
             try:
+                if path in self.public:
+                    continue
                 if path.is_file() and path.stat().st_mtime < cutoff:
                     path.unlink()
                     removed += 1

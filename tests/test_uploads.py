@@ -44,15 +44,31 @@ async def test_an_upload_is_readable_by_its_owners_only(state: State, folder: Pa
     await registry.check(DEMO, [str(path)])
 
 
-async def test_files_outside_the_folder_or_unrecorded_are_not_judged(
+async def test_files_outside_the_folder_or_unrecorded_are_nobodys(
     state: State, folder: Path, tmp_path: Path
 ) -> None:
     registry = UploadRegistry(state, folder, ttl_s=3600)
-    example = _file(folder, "h2/example.png")
-    assert await registry.may_read(BOB, example)
-    assert await registry.may_read(BOB, tmp_path / "elsewhere.png")
-    await registry.record(ALICE, [str(tmp_path / "elsewhere.png")])
-    assert await registry.may_read(BOB, tmp_path / "elsewhere.png")
+    stray = _file(folder, "h2/stray.png")
+    assert not await registry.may_read(BOB, stray)
+    elsewhere = tmp_path / "elsewhere.png"
+    elsewhere.write_bytes(b"png")
+    assert not await registry.may_read(BOB, elsewhere)
+    await registry.record(ALICE, [str(elsewhere)])  # outside the folder: never recorded
+    assert not await registry.may_read(ALICE, elsewhere)
+    assert not await registry.may_read(ALICE, folder / "h2")  # a folder is not a file
+
+
+async def test_the_pages_own_files_are_everyones_and_never_swept(
+    state: State, folder: Path
+) -> None:
+    registry = UploadRegistry(state, folder, ttl_s=60)
+    example = _file(folder, "h7/example.png")
+    registry.share([str(example), "/etc/hostname"])  # outside the folder: ignored
+    assert await registry.may_read(BOB, example) and await registry.may_read(DEMO, example)
+    assert not await registry.may_read(BOB, "/etc/hostname")
+    an_hour_ago = time.time() - 3600
+    os.utime(example, (an_hour_ago, an_hour_ago))
+    assert registry.sweep() == 0 and example.exists()
 
 
 async def test_forget_deletes_a_file_nobody_else_owns(state: State, folder: Path) -> None:

@@ -13,9 +13,10 @@ or Gradio parse anything).
 3. **How much**: a ``Content-Length`` over ``max_request_bytes`` is a 413 before reading;
    the body itself is read through :class:`~qwen_ui.web.body.BodyReader` (size, read
    timeout, multipart closing boundary).
-4. **Whose upload**: ``file=`` paths recorded for other principals are not found, and the
-   paths Gradio's upload route returns are recorded for the caller
-   (:mod:`qwen_ui.uploads`).
+4. **Whose file**: ``file=`` serves only the caller's own files (:mod:`qwen_ui.uploads`);
+   a post to Gradio's routes is read whole and refused when a value names a path that is
+   not the caller's; the paths Gradio's upload route and event answers name are recorded
+   for the caller (:mod:`qwen_ui.web.gradio_files`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ from qwen_ui.web.body import (
     too_large,
 )
 from qwen_ui.web.caller import Caller, CallerOf, CsrfCheck
+from qwen_ui.web.gradio_files import (
+    RecordingAnswer,
+    check_values,
+    names_files,
+    read_whole,
+    takes_values,
+)
 from qwen_ui.web.i18n import negotiate
 from qwen_ui.web.origin import STATE_CHANGING, same_site_request
 
@@ -156,8 +164,12 @@ class RequestGuard:
             caller = None if path in PUBLIC_PATHS else await self._admit(scope, path, reply)
             if reply.rejected:
                 return
-            body = self._body_reader(scope, receive, reply)
-            app_send = await self._upload_hook(scope, path, caller, reply.send)
+            reader = self._body_reader(scope, receive, reply)
+            body = await self._values_checked(scope, path, caller, reader)
+            app_send = await self._answer_hook(scope, path, caller, reply.send)
+        except BodyRejected as rejected:
+            log.info("request refused while reading its body: %s", rejected.error.code)
+            return
         except QwenUIError as error:
             await reply.error(error)
             return
@@ -210,15 +222,31 @@ class RequestGuard:
             receive, reply.error, limit=self.limit, timeout_s=self.timeout_s, closing=closing
         )
 
-    async def _upload_hook(
+    async def _values_checked(
+        self, scope: Scope, path: str, caller: Caller | None, body: Receive
+    ) -> Receive:
+        """A post to Gradio's routes is read whole first: every path its values name must
+        be the caller's (:mod:`qwen_ui.web.gradio_files`)."""
+        registry = self.uploads()
+        if caller is None or registry is None or not takes_values(scope["method"], path):
+            return body
+        raw, replay = await read_whole(body)
+        await check_values(raw, registry, caller)
+        return replay
+
+    async def _answer_hook(
         self, scope: Scope, path: str, caller: Caller | None, send: Send
     ) -> Send:
+        """Record as the caller's the files Gradio's answer names: the upload route's new
+        uploads, and the files the events send (conversation images, OSS objects)."""
         registry = self.uploads()
-        if caller is None or registry is None or scope["method"] != "POST":
+        if caller is None or registry is None:
             return send
-        if not UPLOAD_ROUTE.search(path):
-            return send
-        return RecordingSend(send, registry, caller)
+        if scope["method"] == "POST" and UPLOAD_ROUTE.search(path):
+            return RecordingSend(send, registry, caller)
+        if names_files(path):
+            return RecordingAnswer(send, registry, caller)
+        return send
 
 
 class RecordingSend:

@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from qwen_ui.auth.principal import Principal
 from qwen_ui.server import create_app
 from qwen_ui.services import services_of
 from qwen_ui.store import ModelStore
@@ -41,7 +42,10 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def chat_app(tmp_path: Path, tiny_model: Path) -> Iterator[FastAPI]:
+def chat_app(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FastAPI]:
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # the test's files are uploads
     settings = tiny_settings(tmp_path / "home")
     ModelStore(settings.model_path).install(tiny_model, TINY_ID, "bf16")
     add_tenants(settings.tenants_path, local_tenant())  # USER's tenant (quotas look it up)
@@ -67,8 +71,16 @@ async def run(
     lang: str = "en",
 ) -> list[ChatView]:
     """Every update, copied as Gradio serialises it at each yield."""
+    await uploaded(app, message)
     updates = answer(app, message, history, conversation, lang, USER)  # type: ignore[arg-type]
     return [copy.deepcopy(u) async for u in updates]
+
+
+async def uploaded(app: FastAPI, message: dict[str, Any]) -> None:
+    """The message's files are the user's uploads, as Gradio's upload route records them."""
+    registry = services_of(app).uploads
+    assert registry is not None
+    await registry.record(Principal("demo", "demo"), message.get("files") or [])
 
 
 def stage_of(chat: list[dict[str, Any]]) -> dict[str, Any]:
@@ -255,6 +267,7 @@ async def stop_after_tokens(app: FastAPI, tmp_path: Path, what: str) -> list[Cha
     controls = Controls()
     user = SimpleNamespace(username="demo/demo", session_hash="s1")
     message = {"text": "Describe", "files": image_files(tmp_path, 1)}
+    await uploaded(app, message)
     updates = []
     async for update in answer(app, message, [], None, "en", user, controls):  # type: ignore[arg-type]
         updates.append(copy.deepcopy(update))
@@ -356,3 +369,14 @@ def test_an_answer_asked_for_keeps_stop_until_it_ends() -> None:
     assert controls.starting == {}
     controls.end("s")
     assert not controls.busy("s")  # A's last step hides Stop
+
+
+async def test_a_file_the_user_did_not_upload_is_never_read(
+    chat_app: FastAPI, tmp_path: Path
+) -> None:
+    secret = tmp_path / "home" / "secret.png"
+    secret.write_bytes(png((40, 40), (1, 2, 3)))
+    for path in (str(secret), "/etc/hostname"):
+        updates = answer(chat_app, {"text": "What?", "files": [path]}, [], None, "en", USER)  # type: ignore[arg-type]
+        chat = [copy.deepcopy(u) async for u in updates][-1].chat
+        assert "does not exist (or has expired)" in chat[-1]["content"], path

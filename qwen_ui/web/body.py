@@ -3,7 +3,10 @@
 :class:`BodyReader` wraps an ASGI ``receive``: each piece of the body must arrive within
 ``body_read_timeout_s`` (else 408), the body may not outgrow ``max_request_bytes`` (413,
 whatever ``Content-Length`` claimed, chunked bodies included), and a multipart body must
-end with its closing boundary (else 400: a truncated body must not lose a part silently).
+end with its closing boundary, ``CRLF--BOUNDARY--`` followed by nothing but whitespace
+(else 400 ``malformed_body``). The delimiter found anywhere else (inside an image's bytes)
+does not count: the multipart parsers do not check that the last part ended, so a
+cut-off part would be dropped silently.
 On a violation the error response is sent at once through ``reject`` and
 :class:`BodyRejected` is raised into the app, which stops parsing and deletes the
 temporary files it spooled; whatever the app answers after that is dropped.
@@ -22,6 +25,7 @@ from qwen_ui.errors import MalformedBody, QwenUIError, RequestTimeout, RequestTo
 
 Reject = Callable[[QwenUIError], Awaitable[None]]
 MiB = 1024 * 1024
+WHITESPACE = b" \t\r\n"  # what may follow the closing boundary
 
 
 class BodyRejected(MultiPartException):
@@ -59,6 +63,30 @@ def multipart_closing(headers: Headers) -> bytes | None:
     raise MalformedBody()
 
 
+class BodyEnd:
+    """Whether a body seen piece by piece ends with ``closing`` (``--BOUNDARY--``) on a line
+    of its own (or is that delimiter alone), followed by nothing but whitespace. Keeps only
+    the last bytes before the trailing whitespace and the last of that whitespace."""
+
+    def __init__(self, closing: bytes) -> None:
+        self.closing = closing
+        self._keep = len(closing) + 2  # CRLF--BOUNDARY--
+        self._last = b""  # the body's last bytes up to its last non-whitespace byte
+        self._blank = b""  # the whitespace after them (its last bytes)
+
+    def take(self, chunk: bytes) -> None:
+        text = chunk.rstrip(WHITESPACE)
+        if text:
+            self._last = (self._last + self._blank + text)[-self._keep :]
+            self._blank = chunk[len(text) :][-self._keep :]
+        else:
+            self._blank = (self._blank + chunk)[-self._keep :]
+
+    @property
+    def closed(self) -> bool:
+        return self._last == self.closing or self._last == b"\r\n" + self.closing
+
+
 class BodyReader:
     """The guarded ``receive`` of one request."""
 
@@ -78,8 +106,7 @@ class BodyReader:
         self.closing = closing
         self.size = 0
         self.complete = False
-        self._tail = b""
-        self._closed_seen = closing is None
+        self._end = BodyEnd(closing) if closing is not None else None
 
     async def __call__(self) -> Message:
         if self.complete:  # the body is in: what is left is waiting for a disconnect
@@ -98,18 +125,12 @@ class BodyReader:
         self.size += len(chunk)
         if self.size > self.limit:
             await self._fail(too_large(self.limit))
-        self._watch_closing(chunk)
+        if self._end is not None:
+            self._end.take(chunk)
         if not more:
             self.complete = True
-            if not self._closed_seen:
+            if self._end is not None and not self._end.closed:
                 await self._fail(MalformedBody())
-
-    def _watch_closing(self, chunk: bytes) -> None:
-        if self._closed_seen or self.closing is None or not chunk:
-            return
-        window = self._tail + chunk
-        self._closed_seen = self.closing in window
-        self._tail = window[-(len(self.closing) - 1) :]
 
     async def _fail(self, error: QwenUIError) -> None:
         self.complete = True

@@ -89,3 +89,29 @@ def test_headers() -> None:
     assert multipart_closing(Headers({"content-type": "application/json"})) is None
     with pytest.raises(MalformedBody):
         multipart_closing(Headers({"content-type": "multipart/form-data"}))
+
+
+@pytest.mark.parametrize(
+    ("pieces", "closed"),
+    [
+        ((b"--XyZ\r\na\r\n--XyZ--",), True),
+        ((b"--XyZ\r\na\r\n--XyZ--\r\n", b"\r\n  ", b"\t"), True),
+        ((b"--XyZ\r\na\r\n", b"--XyZ-", b"-", b"\r\n"), True),
+        ((b"--XyZ--",), True),  # no part at all
+        ((b"--XyZ\r\n--XyZ-- inside the data\r\n--XyZ\r\ncut off",), False),
+        ((b"--XyZ\r\na\r\n--XyZ--\r\n--XyZ\r\nlate\r\n",), False),
+        ((b"--XyZ\r\na--XyZ--",), False),  # not on a line of its own
+        ((b"--XyZ\r\na\r\n--XyZ", b"\r\n", b"--"), False),  # whitespace inside it
+    ],
+)
+async def test_only_a_body_ending_with_its_closing_boundary_is_whole(
+    pieces: tuple[bytes, ...], closed: bool
+) -> None:
+    refused: list[QwenUIError] = []
+    reader = _reader(Feed(*pieces), refused)
+    if closed:
+        await _drain(reader)
+    else:
+        with pytest.raises(BodyRejected):
+            await _drain(reader)
+    assert [e.code for e in refused] == ([] if closed else ["malformed_body"])

@@ -1,9 +1,10 @@
 """The offered models, which one answers a request, and the memory they share.
 
 * **Picking**: an explicit model (``OWNER/NAME@REV``, or ``OWNER/NAME`` for its first
-  offered revision) must be offered (:class:`UnknownModel`, 400); without one a follow-up
-  goes to the model its conversation follows (:mod:`qwen_ui.models.routes`), anything else
-  to the default (the first offered model).
+  offered revision) must be offered, its revision included (:class:`UnknownModel`, 400,
+  naming the offered ones); without one a follow-up goes to the model its conversation
+  follows (:mod:`qwen_ui.models.routes`), anything else to the default (the first
+  offered model).
 * **Loading**: a model's engine is created on its first question; just before its first
   request takes its place in the admission line, the registry counts its weights in the
   ledger, unloading the least recently used idle models first when they would not fit. A
@@ -103,21 +104,26 @@ class ModelRegistry:
         return next(iter(self.entries.values()))
 
     def entry(self, model: str) -> Entry:
-        """The offered model named ``model`` (``OWNER/NAME@REV``; ``OWNER/NAME`` picks its
-        first offered revision); :class:`UnknownModel` otherwise."""
-        found = self._find(model.strip())
+        """The offered model named ``model``: ``OWNER/NAME@REV`` exactly (a revision that is
+        not offered is unknown, never another revision), or ``OWNER/NAME`` alone for its
+        first offered revision; :class:`UnknownModel` (naming the offered ones) otherwise."""
+        wanted = model.strip()
+        found = self.entries.get(wanted)
+        if found is None and "@" not in wanted:
+            found = self._first_revision(wanted)
         if found is None:
-            raise UnknownModel(model=model.strip()[:200], offered=", ".join(self.names))
+            raise UnknownModel(model=wanted[:200], offered=", ".join(self.names))
         return found
 
-    def _find(self, model: str) -> Entry | None:
-        if model in self.entries:
-            return self.entries[model]
-        model_id = model.partition("@")[0]
+    def _first_revision(self, model_id: str) -> Entry | None:
         for entry in self.entries.values():
             if entry.ref is not None and entry.ref.model_id == model_id:
                 return entry
         return None
+
+    def _find(self, model: str) -> Entry | None:
+        """The model a conversation follows: its revision, else another one still offered."""
+        return self.entries.get(model) or self._first_revision(model.partition("@")[0])
 
     async def route(self, request: AskRequest, model: str | None) -> Entry:
         """The model that answers ``request`` (see the module's docstring)."""

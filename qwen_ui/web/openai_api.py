@@ -56,8 +56,9 @@ def served_model(services: Services, model: str) -> str:
     first offered revision; the remote's name with ``engine=openai``)."""
     try:
         return services.models.entry(model).name
-    except UnknownModel:
-        raise wire.ModelNotServed(model=model[:200], param="model") from None
+    except UnknownModel as unknown:
+        offered = unknown.params["offered"]
+        raise wire.ModelNotServed(model=model[:200], offered=offered, param="model") from None
 
 
 @router.get("/models")

@@ -71,8 +71,8 @@ class BadField(BadRequest):
 
 class ModelNotServed(NotFound):
     code = "model_not_found"
-    en = "The model '{model}' is not served here; GET /v1/models lists those that are."
-    zh = "此处不提供模型“{model}”；GET /v1/models 列出可用的模型。"
+    en = "The model '{model}' is not served here; choose one of: {offered} (GET /v1/models)."
+    zh = "此处不提供模型“{model}”；请从以下模型中选择：{offered}（GET /v1/models）。"
 
 
 def error_body(

@@ -123,6 +123,15 @@ async def test_explicit_model_default_and_unknown(tmp_path: Path) -> None:
     assert isinstance(events[-1], Failed) and events[-1].code == "unknown_model"
 
 
+def test_an_unknown_revision_of_an_offered_model_is_unknown(tmp_path: Path) -> None:
+    models = registry(tmp_path, [A, B], FakeHost({A: MB, B: MB}))
+    for model in ("acme/b@other", "acme/b@", " acme/b@zzz "):
+        with pytest.raises(UnknownModel) as raised:
+            models.entry(model)
+        assert A in raised.value.message("en") and B in raised.value.message("en")
+    assert models.entry(f" {B} ").name == B
+
+
 async def test_a_follow_up_stays_on_its_conversations_model(tmp_path: Path) -> None:
     models = registry(tmp_path, [A, B], FakeHost({A: MB, B: MB}))
     first = await answer(models, question(), B)

@@ -1,4 +1,5 @@
-"""The generation options of ``POST /api/v1/ask``, from form text to :class:`AskOptions`.
+"""The generation options of ``POST /api/v1/ask``, from form text to :class:`AskOptions`
+(and the same integer check for other routes' options, e.g. the OSS page size).
 
 Every field arrives as text and is checked here: a value that is not a number, is out of
 range, or is not one of the choices is a 400 ``bad_option`` that names the option, never
@@ -31,10 +32,12 @@ def ask_options(
     seed: str | None,
 ) -> AskOptions:
     return AskOptions(
-        max_new_tokens=_integer("max_new_tokens", max_new_tokens, 1, settings.max_new_tokens_limit),
+        max_new_tokens=integer_option(
+            "max_new_tokens", max_new_tokens, 1, settings.max_new_tokens_limit
+        ),
         temperature=_number("temperature", temperature, 0.0, 2.0, open_low=False),
         top_p=_number("top_p", top_p, 0.0, 1.0, open_low=True),
-        seed=_integer("seed", seed, 0, SEED_MAX),
+        seed=integer_option("seed", seed, 0, SEED_MAX),
     )
 
 
@@ -47,7 +50,8 @@ def ask_lang(value: str | None) -> str | None:
     return value
 
 
-def _integer(name: str, text: str | None, low: int, high: int) -> int | None:
+def integer_option(name: str, text: str | None, low: int, high: int) -> int | None:
+    """``text`` as an integer in ``low..high`` (None when empty), else ``bad_option``."""
     if text is None or text.strip() == "":
         return None
     digits = text.strip()

@@ -194,9 +194,8 @@ class RequestGuard:
             return None
         if scope["method"] in STATE_CHANGING and caller.by_cookie:
             token = headers.get("x-csrf-token", "")
-            if not same_site_request(headers, self.allowed_origins) and not self.csrf_ok(
-                caller, token
-            ):
+            same_site = same_site_request(headers, self.allowed_origins, scope["scheme"])
+            if not same_site and not self.csrf_ok(caller, token):
                 await reply.error(CsrfFailed())
                 return None
         await self._check_file(path, caller)

@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from qwen_ui.auth import csrf
 from qwen_ui.auth.audit import request_id_from
-from qwen_ui.auth.errors import BadExpiration
+from qwen_ui.auth.errors import BadExpiration, CsrfFailed
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials
 from qwen_ui.auth.service import LoginAttempt
 from qwen_ui.errors import PayloadTooLarge, QwenUIError
@@ -39,6 +39,7 @@ from qwen_ui.web.auth import (
 )
 from qwen_ui.web.errors import error_response, request_lang
 from qwen_ui.web.login_page import LoginForm, render_login, render_logout, security_headers
+from qwen_ui.web.origin import from_this_site
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,13 @@ CSRF_MAX_AGE = 2 * 3600
 def page_lang(request: Request, chosen: str | None = None) -> Lang:
     """The form's field, else the ``lang`` query parameter, else :func:`request_lang`."""
     return request_lang(request, chosen if is_lang(chosen) else request.query_params.get("lang"))
+
+
+def _check_origin(request: Request) -> None:
+    """A form post's ``Origin`` (when sent) is this site's: scheme, host and port."""
+    headers = request.headers
+    if not from_this_site(headers.get("origin"), headers.get("host"), request.url.scheme):
+        raise CsrfFailed()
 
 
 def _default_method(services: Services) -> str:
@@ -149,7 +157,7 @@ async def login_submit(request: Request, services: ServicesDep) -> Response:
     target = safe_next(_field(form, "next"), services.settings.ui_path)
     credentials = _credentials(form)
     try:
-        csrf.check_origin(request.headers.get("origin"), request.headers.get("host"))
+        _check_origin(request)
         csrf.check(service.keys, read_cookie(request, CSRF_COOKIE), _field(form, "csrf"))
         attempt = LoginAttempt(
             tenant=_field(form, "tenant").strip(),
@@ -215,7 +223,7 @@ async def logout_submit(request: Request, services: ServicesDep) -> Response:
     service = services.auth
     session_id = read_cookie(request, SESSION_COOKIE)
     form = await request.form(max_files=0, max_fields=5)
-    csrf.check_origin(request.headers.get("origin"), request.headers.get("host"))
+    _check_origin(request)
     submitted = _field(form, "csrf") or request.headers.get("x-csrf-token")
     if session_id:
         csrf.check(service.keys, session_id, submitted)

@@ -7,7 +7,10 @@ which is not a failed login.
 
 A success may be remembered for at most five minutes, under an HMAC (server key) of the
 whole credential (key id, secret and STS token), never the credentials themselves. STS
-credentials are remembered only when their expiry is stated, and never past it. The moment
+credentials are remembered only when their expiry is stated, never past it, and never
+past the time OSS confirmed them plus ``recheck_s`` (the STS sessions' re-check interval):
+a stated expiry may be later than the real one. A check answered from the cache reports
+when OSS confirmed the credential, so a session opened with it re-checks on time. The moment
 OSS rejects a key id (for any session or login), every remembered success of that key id
 from before the rejection stops counting: the rejection is stored (under an HMAC of the
 key id) for as long as an entry can live, and an entry counts only if it was verified
@@ -54,10 +57,19 @@ def well_formed(credentials: OSSCredentials) -> bool:
 
 
 @dataclass(frozen=True)
+class Confirmed:
+    """A key OSS accepted, and when OSS said so (earlier than now for a cached answer)."""
+
+    principal: Principal
+    at: float
+
+
+@dataclass(frozen=True)
 class OSSVerifier:
     connector: OSSConnector
     keys: ServerKeys
     cache: Namespaced
+    recheck_s: float  # an STS entry counts at most this long after OSS confirmed it
     cache_s: float = MAX_CACHE_S
     clock: Clock = field(default_factory=Clock)
 
@@ -67,7 +79,7 @@ class OSSVerifier:
         credentials: OSSCredentials,
         use_cache: bool = True,
         not_after: float | None = None,
-    ) -> Principal:
+    ) -> Confirmed:
         """Ask OSS (or the cache) whether the key can list the tenant's prefix; for STS
         credentials ``not_after`` is their stated expiry (epoch seconds on the clock)."""
         if tenant.oss is None or not well_formed(credentials):
@@ -77,34 +89,46 @@ class OSSVerifier:
         principal = Principal(tenant=tenant.id, user=credentials.key_id, method="oss")
         cache_key = self._cache_key(tenant, credentials)
         cacheable = credentials.sts_token is None or not_after is not None
-        if use_cache and cacheable and await self._cached(cache_key, credentials):
+        cached = await self._cached(cache_key, credentials) if use_cache and cacheable else None
+        if cached is not None:
             log.debug("OSS key check for tenant %s answered from the cache", tenant.id)
-            return principal
+            return Confirmed(principal, cached)
         asked_at = self.clock()
         await self._ask_oss(tenant, credentials)
-        await self._remember(cache_key, asked_at, self._cache_ttl(credentials, not_after))
-        return principal
+        until = self._cache_until(credentials, asked_at, not_after)
+        await self._remember(cache_key, asked_at, until)
+        return Confirmed(principal, asked_at)
 
-    def _cache_ttl(self, credentials: OSSCredentials, not_after: float | None) -> float:
-        ttl = min(self.cache_s, MAX_CACHE_S)
-        if credentials.sts_token:
-            ttl = 0.0 if not_after is None else min(ttl, not_after - self.clock())
-        return ttl
+    def _cache_until(
+        self, credentials: OSSCredentials, asked_at: float, not_after: float | None
+    ) -> float:
+        """Until when a success counts: STS credentials only with a stated expiry, never
+        past it, nor past ``recheck_s`` after OSS confirmed them."""
+        until = asked_at + min(self.cache_s, MAX_CACHE_S)
+        if not credentials.sts_token:
+            return until
+        if not_after is None:
+            return asked_at  # not remembered
+        return min(until, not_after, asked_at + self.recheck_s)
 
-    async def _remember(self, cache_key: str, asked_at: float, ttl: float) -> None:
+    async def _remember(self, cache_key: str, asked_at: float, until: float) -> None:
+        ttl = until - self.clock()
         if ttl <= 0:
             return
-        value = f"{asked_at!r} {self.clock() + ttl!r}".encode()
+        value = f"{asked_at!r} {until!r}".encode()
         await self.cache.set(cache_key, value, ttl=ttl)
 
-    async def _cached(self, cache_key: str, credentials: OSSCredentials) -> bool:
+    async def _cached(self, cache_key: str, credentials: OSSCredentials) -> float | None:
+        """When OSS confirmed this credential, if a remembered success still counts."""
         raw = await self.cache.get(cache_key)
         try:
             verified, until = (float(part) for part in (raw or b"").split())
         except ValueError:
-            return False
+            return None
+        if until <= self.clock():
+            return None
         rejected = await self.cache.get(self._rejected_key(credentials.key_id))
-        return until > self.clock() and (rejected is None or verified > float(rejected))
+        return verified if rejected is None or verified > float(rejected) else None
 
     async def forget(self, key_id: str) -> None:
         """OSS rejected this key id: no remembered success from before now counts."""

@@ -7,6 +7,7 @@ what a request carries (form fields, a cookie, a bearer token) and gets back a
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import time
@@ -26,7 +27,7 @@ from qwen_ui.auth.oss_objects import TenantObjects
 from qwen_ui.auth.passwords import verify_password
 from qwen_ui.auth.principal import Credentials, OSSCredentials, PasswordCredentials, Principal
 from qwen_ui.auth.quotas import TenantQuotas
-from qwen_ui.auth.sessions import Session, SessionStore
+from qwen_ui.auth.sessions import Session, SessionStore, credential_mark
 from qwen_ui.auth.tenants import TENANT_ID, Limits, Tenant, TenantRegistry
 from qwen_ui.auth.throttle import LoginThrottle, ThrottlePolicy
 from qwen_ui.auth.tokens import hash_token, looks_like_token
@@ -51,6 +52,16 @@ class LoginAttempt:
     def who(self) -> str:
         creds = self.credentials
         return creds.user if isinstance(creds, PasswordCredentials) else creds.key_id
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A login's proven principal, the :func:`credential_mark` of the tenant it was
+    checked against, and when the credential was confirmed."""
+
+    principal: Principal
+    credential: str
+    confirmed: float
 
 
 @dataclass
@@ -98,8 +109,9 @@ class AuthService:
                 connector,
                 keys,
                 state.namespace("oss-verified"),
-                settings.oss_verify_cache_s,
-                clock,
+                recheck_s=settings.sts_recheck_s,
+                cache_s=settings.oss_verify_cache_s,
+                clock=clock,
             ),
             connector=connector,
             quotas=TenantQuotas(state.namespace("quota"), registry, clock),
@@ -113,9 +125,15 @@ class AuthService:
         started = time.perf_counter()
         outcome = "invalid"
         try:
-            principal = await self._throttled_verify(attempt)
+            verified = await self._throttled_verify(attempt)
             oss = attempt.credentials if isinstance(attempt.credentials, OSSCredentials) else None
-            session_id, session = await self.sessions.create(principal, oss, attempt.not_after)
+            session_id, session = await self.sessions.create(
+                verified.principal,
+                oss,
+                attempt.not_after,
+                credential=verified.credential,
+                verified=verified.confirmed,
+            )
             outcome = "ok"
             return session_id, session
         except LoginThrottled:
@@ -134,12 +152,12 @@ class AuthService:
             log.debug("login attempt for tenant %s: %s", self._loggable_tenant(attempt), outcome)
             self._audit_login(attempt, outcome, seconds)
 
-    async def _throttled_verify(self, attempt: LoginAttempt) -> Principal:
+    async def _throttled_verify(self, attempt: LoginAttempt) -> Verified:
         """The verifier runs only inside a throttle slot reserved before it starts."""
         ident = f"{attempt.tenant}/{attempt.who}"
         reservation = await self.throttle.reserve(attempt.ip, ident)
         try:
-            principal = await self._verify(attempt)
+            verified = await self._verify(attempt)
         except InvalidCredentials:
             await self.throttle.failed(reservation)
             raise
@@ -148,9 +166,9 @@ class AuthService:
                 await self.throttle.release(reservation)
             raise
         await self.throttle.succeeded(reservation)
-        return principal
+        return verified
 
-    async def _verify(self, attempt: LoginAttempt) -> Principal:
+    async def _verify(self, attempt: LoginAttempt) -> Verified:
         if attempt.not_after is not None and attempt.not_after <= self.clock():
             raise InvalidCredentials()  # the STS credentials have already expired
         tenant = self.registry.get(attempt.tenant) if re.match(TENANT_ID, attempt.tenant) else None
@@ -159,10 +177,19 @@ class AuthService:
             if tenant is None or tenant.kind != "local":
                 await anyio.to_thread.run_sync(verify_password, creds.password[:64], None)
                 raise InvalidCredentials()
-            return await self.local.verify(tenant, creds)
+            principal = await self.local.verify(tenant, creds)
+            return self._verified(tenant, principal, self.clock())
         if tenant is None or tenant.kind != "oss":
             raise InvalidCredentials()
-        return await self.oss.verify(tenant, creds, not_after=attempt.not_after)
+        confirmed = await self.oss.verify(tenant, creds, not_after=attempt.not_after)
+        return self._verified(tenant, confirmed.principal, confirmed.at)
+
+    def _verified(self, tenant: Tenant, principal: Principal, confirmed: float) -> Verified:
+        """The mark comes from the same tenant the credential was checked against."""
+        credential = credential_mark(self.keys, tenant, principal)
+        if credential is None:
+            raise InvalidCredentials()
+        return Verified(principal, credential, confirmed)
 
     def _audit_login(self, attempt: LoginAttempt, outcome: str, seconds: float) -> None:
         creds = attempt.credentials
@@ -193,17 +220,25 @@ class AuthService:
     # --- sessions ---------------------------------------------------------------------
 
     async def resolve(self, session_id: str | None) -> Session | None:
-        """The live session for a cookie value; STS sessions re-check their token."""
+        """The live session for a cookie value. It ends when the tenants file no longer
+        holds the credential it was opened with (a new password, a removed user or
+        tenant, changed OSS settings); STS sessions re-check their token."""
         session = await self.sessions.load(session_id)
         if session is None or session_id is None:
             return None
         tenant = self.registry.get(session.tenant)
-        if tenant is None or (tenant.kind == "local" and session.user not in tenant.users):
+        if tenant is None or not self._same_credential(tenant, session):
+            label = session.principal.label
+            log.info("session of %s ended: the tenants file no longer holds its credential", label)
             await self.sessions.delete(session_id)
             return None
         if session.is_sts and self.clock() - session.verified >= self.settings.sts_recheck_s:
             return await self._recheck(session_id, session, tenant)
         return session
+
+    def _same_credential(self, tenant: Tenant, session: Session) -> bool:
+        current = credential_mark(self.keys, tenant, session.principal)
+        return current is not None and hmac.compare_digest(current, session.credential)
 
     async def _recheck(self, session_id: str, session: Session, tenant: Tenant) -> Session | None:
         credentials = self.sessions.credentials(session)

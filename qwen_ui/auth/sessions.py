@@ -6,6 +6,10 @@ id, so a leaked store dump cannot be replayed as cookies. An OSS session keeps t
 A session ends after ``session_idle_s`` without use, ``session_lifetime_s`` after login,
 at a known STS expiry, or at logout (deleted server-side). Expiry is decided on the
 injected :class:`Clock`; the store's TTL only collects garbage.
+
+A session also records :func:`credential_mark` of what it was opened with (a keyed hash
+of the user's stored password hash, or of the OSS tenant's settings; never the value
+itself): the auth service ends it when the tenants file no longer gives the same mark.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from qwen_ui.auth.clock import Clock
 from qwen_ui.auth.keys import ServerKeys
 from qwen_ui.auth.principal import OSSCredentials, Principal
+from qwen_ui.auth.tenants import Tenant
 from qwen_ui.state import Namespaced
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,7 @@ class Session:
     expires: float
     verified: float
     oss: StoredOSS | None = None
+    credential: str = ""  # credential_mark at login; "" (older records) matches nothing
 
     @property
     def principal(self) -> Principal:
@@ -72,6 +78,20 @@ def session_key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
+def credential_mark(keys: ServerKeys, tenant: Tenant, principal: Principal) -> str | None:
+    """What a session of ``principal`` rests on, as ``tenant`` stands now, under an HMAC:
+    a local user's stored password hash, an OSS tenant's OSS settings. None when the
+    tenant holds no such credential (a removed user, a tenant of another kind)."""
+    if principal.method == "password" and tenant.kind == "local":
+        stored = tenant.users.get(principal.user)
+        if stored is None:
+            return None
+        return keys.mac("session-credential", tenant.id, "password", principal.user, stored)
+    if principal.method == "oss" and tenant.oss is not None:
+        return keys.mac("session-credential", tenant.id, "oss", tenant.oss.model_dump_json())
+    return None
+
+
 @dataclass
 class SessionStore:
     store: Namespaced
@@ -85,8 +105,13 @@ class SessionStore:
         principal: Principal,
         credentials: OSSCredentials | None = None,
         not_after: float | None = None,
+        *,
+        credential: str = "",
+        verified: float | None = None,
     ) -> tuple[str, Session]:
-        """A new session and its id (for the cookie; never stored or logged)."""
+        """A new session and its id (for the cookie; never stored or logged).
+        ``credential``: its :func:`credential_mark`; ``verified``: when the credential was
+        last confirmed (an OSS check answered from the cache: that check's time)."""
         now = self.clock()
         expires = now + self.lifetime_s
         if not_after is not None:
@@ -98,8 +123,9 @@ class SessionStore:
             created=now,
             last_seen=now,
             expires=expires,
-            verified=now,
+            verified=now if verified is None else min(verified, now),
             oss=self._seal(credentials),
+            credential=credential,
         )
         session_id = secrets.token_urlsafe(32)
         await self._write(session_id, session)

@@ -1,9 +1,11 @@
 """``qwen-ui tenants …``: manage the tenants file (TOML under QWEN_UI_HOME).
 
 Passwords and API tokens are generated, printed once, and stored only as hashes.
-A running server picks the changes up without a restart. ``check`` tests an OSS tenant's
-endpoint, region, bucket and prefix with a key whose secret is read from a prompt, stdin
-or an environment variable, never from the command line.
+A running server picks the changes up without a restart: a new password, a removed user
+or a removed tenant ends the old credential's sessions (and a removed tenant's API
+tokens) at its next request. ``check`` tests an OSS tenant's endpoint, region, bucket and
+prefix with a key whose secret is read from a prompt, stdin or an environment variable,
+never from the command line.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ def register(sub: Any) -> None:
     passwd.add_argument("tenant")
     passwd.add_argument("user")
     passwd.set_defaults(func=_wrap(change_password))
+    remove_user = commands.add_parser("remove-user", help="remove a local user")
+    remove_user.add_argument("tenant")
+    remove_user.add_argument("user")
+    remove_user.set_defaults(func=_wrap(remove_local_user))
+    remove = commands.add_parser("remove-tenant", help="remove a tenant, its users and tokens")
+    remove.add_argument("tenant")
+    remove.set_defaults(func=_wrap(remove_tenant))
     listing = commands.add_parser("list", help="list tenants, users and token ids")
     listing.set_defaults(func=_wrap(list_tenants))
     token = commands.add_parser("token", help="create an API token (printed once)")
@@ -207,6 +216,26 @@ def change_password(args: argparse.Namespace, settings: Settings) -> int:
     users = {**tenant.users, args.user: hash_password(password)}
     _save(settings, tenants_file.with_tenant(tenants, tenant.model_copy(update={"users": users})))
     print(f"tenant {tenant.id}, user {args.user}, new password (shown once): {password}")
+    return 0
+
+
+def remove_local_user(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    tenant = _tenant(tenants, settings, args.tenant)
+    if args.user not in tenant.users:
+        raise TenantsFileError(path=str(settings.tenants_path), problem=f"no user {args.user!r}")
+    users = {name: hashed for name, hashed in tenant.users.items() if name != args.user}
+    _save(settings, tenants_file.with_tenant(tenants, tenant.model_copy(update={"users": users})))
+    print(f"tenant {tenant.id}: user {args.user} removed")
+    return 0
+
+
+def remove_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _load(settings)
+    tenant = _tenant(tenants, settings, args.tenant)
+    kept = {tid: found for tid, found in tenants.tenants.items() if tid != tenant.id}
+    _save(settings, TenantsFile(tenants=kept))
+    print(f"tenant {tenant.id} removed, with its users and API tokens")
     return 0
 
 

@@ -79,7 +79,7 @@ async def served(tmp_path: Path, tiny_model: Path) -> AsyncIterator[tuple[FastAP
 
 
 async def session_client(app: FastAPI, url: str, tenant: str) -> httpx.AsyncClient:
-    session_id, _ = await services_of(app).auth.sessions.create(Principal(tenant, "user"))
+    session_id = await auth_support.open_session(app, Principal(tenant, "user"))
     # a browser's same-origin request: cookie-authenticated posts must name their origin
     client = httpx.AsyncClient(base_url=url, timeout=60, headers={"origin": url})
     client.cookies.set(cookie_name(SESSION_COOKIE, False), session_id)

@@ -18,10 +18,19 @@ from tests.conftest import free_port
 from tests.support.oss_server import FakeOSS
 
 
-def verifier(state: State, cache_s: float = 300, clock: Clock | None = None) -> OSSVerifier:
+def verifier(
+    state: State, cache_s: float = 300, clock: Clock | None = None, recheck_s: float = 60
+) -> OSSVerifier:
     keys = keys_from_text(Fernet.generate_key().decode())
     ns = state.namespace("v")
-    return OSSVerifier(OSSConnector(timeout_s=2), keys, ns, cache_s, clock or Clock())
+    return OSSVerifier(
+        OSSConnector(timeout_s=2),
+        keys,
+        ns,
+        recheck_s=recheck_s,
+        cache_s=cache_s,
+        clock=clock or Clock(),
+    )
 
 
 def creds(keys: object) -> OSSCredentials:
@@ -31,7 +40,7 @@ def creds(keys: object) -> OSSCredentials:
 async def test_success_is_cached_under_an_hmac(oss: FakeOSS, state: State) -> None:
     v = verifier(state)
     tenant = oss_tenant("acme", oss.endpoint, "acme/", [])
-    assert await v.verify(tenant, creds(ACME)) == Principal("acme", ACME.key_id, "oss")
+    assert (await v.verify(tenant, creds(ACME))).principal == Principal("acme", ACME.key_id, "oss")
     assert await v.verify(tenant, creds(ACME))
     assert len(oss.calls(ACME.key_id)) == 1
     with pytest.raises(InvalidCredentials):  # a wrong secret is not served from the cache
@@ -97,6 +106,28 @@ async def test_sts_entry_never_outlives_the_stated_expiry(oss: FakeOSS, state: S
     clock.advance(41)  # the store's TTL has not run out, the stated expiry has
     await v.verify(tenant, creds(ACME_STS))
     assert len(oss.calls(ACME_STS.key_id)) == 2
+
+
+async def test_an_sts_entry_counts_only_recheck_s_after_oss_confirmed_it(
+    oss: FakeOSS, state: State
+) -> None:
+    """A stated expiry may be later than the real one: the entry counts until OSS's
+    confirmation is ``recheck_s`` old, and a cached answer tells when OSS confirmed."""
+    clock = Clock()
+    v = verifier(state, clock=clock, recheck_s=60)
+    tenant = oss_tenant("acme", oss.endpoint, "acme/", [])
+    first = await v.verify(tenant, creds(ACME_STS), not_after=clock() + 3600)
+    await v.verify(tenant, creds(ACME))
+    clock.advance(59)
+    cached = await v.verify(tenant, creds(ACME_STS), not_after=clock() + 3600)
+    assert cached.at == first.at
+    assert len(oss.calls(ACME_STS.key_id)) == 1
+    clock.advance(2)  # 61 s after OSS confirmed it
+    asked = await v.verify(tenant, creds(ACME_STS), not_after=clock() + 3600)
+    assert asked.at >= first.at + 61
+    assert len(oss.calls(ACME_STS.key_id)) == 2
+    await v.verify(tenant, creds(ACME))  # a permanent key: the cache's full time
+    assert len(oss.calls(ACME.key_id)) == 1
 
 
 async def test_a_rejection_for_any_session_drops_the_entry(oss: FakeOSS, state: State) -> None:

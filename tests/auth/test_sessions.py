@@ -8,7 +8,8 @@ from cryptography.fernet import Fernet
 from qwen_ui.auth.clock import Clock
 from qwen_ui.auth.keys import keys_from_text
 from qwen_ui.auth.principal import OSSCredentials, Principal
-from qwen_ui.auth.sessions import SessionStore, session_key
+from qwen_ui.auth.sessions import SessionStore, credential_mark, session_key
+from qwen_ui.auth.tenants import OSSConfig, Tenant
 from qwen_ui.state import MemoryState, State
 from tests.auth.conftest import SecretWatch
 
@@ -101,3 +102,25 @@ async def test_absolute_expiry_and_not_after(state: State) -> None:
 async def test_malformed_ids_are_not_looked_up(bad: str | None) -> None:
     sessions = store(MemoryState(), Clock())
     assert await sessions.load(bad) is None
+
+
+def test_the_credential_mark_follows_the_tenants_file() -> None:
+    """A new password hash, a removed user, another kind or OSS settings: another mark
+    (or none); the mark never contains the stored hash."""
+    keys = keys_from_text(Fernet.generate_key().decode())
+    user = Principal("school", "alice", "password")
+    local = Tenant(id="school", kind="local", users={"alice": "scrypt$a", "bob": "scrypt$b"})
+    mark = credential_mark(keys, local, user)
+    assert mark is not None and "scrypt" not in mark
+    assert credential_mark(keys, local, user) == mark
+    changed = local.model_copy(update={"users": {"alice": "scrypt$new", "bob": "scrypt$b"}})
+    assert credential_mark(keys, changed, user) not in (mark, None)
+    removed = local.model_copy(update={"users": {"bob": "scrypt$b"}})
+    assert credential_mark(keys, removed, user) is None
+    oss = OSSConfig(region="cn-test", endpoint="https://o.example", bucket="bkt", prefix="a/")
+    acme = Tenant(id="school", kind="oss", oss=oss)
+    assert credential_mark(keys, acme, user) is None
+    key = Principal("school", "LTAIx", "oss")
+    moved = acme.model_copy(update={"oss": oss.model_copy(update={"prefix": "b/"})})
+    assert credential_mark(keys, acme, key) not in (credential_mark(keys, moved, key), None)
+    assert credential_mark(keys, local, key) is None

@@ -68,6 +68,20 @@ def test_add_oss_list_token_revoke(home: Path, capsys: pytest.CaptureFixture[str
     assert run(home, capsys, "revoke-token", "acme", token_id)[0] == 2
 
 
+def test_remove_user_and_tenant(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(home, capsys, "add-local", "school", "alice")
+    run(home, capsys, "add-local", "school", "bob")
+    run(home, capsys, "token", "school")
+    assert run(home, capsys, "remove-user", "school", "alice")[0] == 0
+    school = tenants_file.load(home / "tenants.toml").tenants["school"]
+    assert list(school.users) == ["bob"] and len(school.tokens) == 1
+    assert run(home, capsys, "remove-user", "school", "alice")[0] == 2
+    run(home, capsys, "add-local", "other", "carol")
+    assert run(home, capsys, "remove-tenant", "school")[0] == 0
+    assert list(tenants_file.load(home / "tenants.toml").tenants) == ["other"]
+    assert run(home, capsys, "remove-tenant", "school")[0] == 2
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -1,11 +1,16 @@
 """Issue 26, hole 3: STS credentials that OSS now rejects cannot log in from the OSS
 verification cache (a real server, our signature-verifying OSS server). The cache entry
 is dropped when OSS rejects the key for any session, never outlives the stated expiry,
-and STS credentials without a stated expiry are always checked with OSS."""
+and STS credentials without a stated expiry are always checked with OSS.
+
+Issue 57, point 6: a stated expiry later than the real one buys nothing past the time OSS
+confirmed the credentials plus the re-check interval, for the cache and for the sessions
+it opens."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -87,3 +92,27 @@ async def test_a_valid_token_with_a_stated_expiry_is_served_from_the_cache(
         assert (await log_in(client, "acme", form)).is_success
         assert len(sts.oss.calls(ACME_STS.key_id)) == calls
     assert "answered from the cache" in sts.server.output()
+
+
+async def test_a_later_stated_expiry_counts_only_until_the_recheck(sts: AuthSite) -> None:
+    """The login states an expiry an hour away; OSS's real one is 2 s away. A login from
+    the cache after the real expiry is let in only within RECHECK_S of OSS's confirmation,
+    and its session re-checks when that confirmation is RECHECK_S old."""
+    sts.oss.keys[ACME_STS.key_id].expires_at = sts.oss.now() + 2
+    form = oss_form(ACME_STS, expiring_in(3600))
+    async with (
+        sts.client("127.0.1.6") as first,
+        sts.client("127.0.1.7") as second,
+        sts.client("127.0.1.8") as third,
+    ):
+        assert (await log_in(first, "acme", form)).is_success
+        confirmed = time.monotonic()  # OSS confirmed the credentials before this
+        await asyncio.sleep(2.5)  # past the real expiry
+        calls = len(sts.oss.calls(ACME_STS.key_id))
+        assert (await log_in(second, "acme", form)).is_success  # from the cache
+        assert len(sts.oss.calls(ACME_STS.key_id)) == calls
+        await asyncio.sleep(max(0.0, confirmed + RECHECK_S + 0.5 - time.monotonic()))
+        again = await log_in(third, "acme", form)
+        assert again.status_code == 401, again.text  # the cache no longer answers
+        assert len(sts.oss.calls(ACME_STS.key_id)) == calls + 1
+        assert (await second.get("/api/v1/me")).status_code == 401  # its re-check was due

@@ -5,11 +5,13 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from qwen_ui.auth import tenants as tenants_file
 from qwen_ui.auth.passwords import hash_password
 from qwen_ui.auth.principal import OSSCredentials, Principal
+from qwen_ui.auth.sessions import credential_mark
 from qwen_ui.auth.tenants import Tenant, TenantsFile
 from qwen_ui.services import services_of
 from qwen_ui.web.auth import SESSION_COOKIE, cookie_name
@@ -57,9 +59,20 @@ def log_in(
             services_of(app).settings.tenants_path,
             local_tenant(principal.tenant, (principal.user,)),
         )  # type: ignore[attr-defined]
-    sessions = services_of(app).auth.sessions
-    session_id, _session = client.portal.call(sessions.create, principal, credentials)  # type: ignore[union-attr]
+    session_id = client.portal.call(open_session, app, principal, credentials)  # type: ignore[union-attr]
     https = str(client.base_url).startswith("https")
     client.cookies.set(cookie_name(SESSION_COOKIE, https), session_id)
     client.headers["origin"] = str(client.base_url).rstrip("/")  # as a browser's page does
     return str(session_id)
+
+
+async def open_session(
+    app: FastAPI, principal: Principal, credentials: OSSCredentials | None = None
+) -> str:
+    """A session as a login opens it (marked with the credential its tenant holds now, so
+    it ends when that changes); returns the session id."""
+    auth = services_of(app).auth
+    tenant = auth.registry.get(principal.tenant)
+    mark = credential_mark(auth.keys, tenant, principal) if tenant is not None else None
+    session_id, _session = await auth.sessions.create(principal, credentials, credential=mark or "")
+    return session_id

@@ -2,7 +2,8 @@
 
 Every route needs ``Authorization: Bearer <QWEN_UI_ADMIN_TOKEN>`` (compared in constant
 time; the token is never logged); without the setting every call is refused. The request
-guard lets these paths through without a login: the token is their credential.
+guard checks it from the headers before any of the body is read, instead of a login; the
+routes' dependency runs the same check (:mod:`qwen_ui.web.admin_token`).
 
 * ``GET /admin/models``: each model's state, the default first.
 * ``POST /admin/models/activate`` ``{"model": "OWNER/NAME@REV"}``: make it the default
@@ -14,26 +15,20 @@ guard lets these paths through without a login: the token is their credential.
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from qwen_ui.models.errors import AdminUnauthorized
 from qwen_ui.models.reload import reload_models
 from qwen_ui.services import Services, ServicesDep
+from qwen_ui.web.admin_token import check_admin_token
 
 router = APIRouter(prefix="/admin")
 
 
 def require_admin(request: Request, services: ServicesDep) -> Services:
-    token = services.settings.admin_token
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    expected = token.get_secret_value().encode() if token is not None else b""
-    matches = hmac.compare_digest(value.strip().encode(), expected)
-    if token is None or scheme.lower() != "bearer" or not matches:
-        raise AdminUnauthorized()
+    check_admin_token(request.headers, services.settings.admin_token)
     return services
 
 

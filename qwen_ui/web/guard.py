@@ -1,11 +1,12 @@
 """The first thing every request meets (a pure ASGI middleware, before Starlette, FastAPI
 or Gradio parse anything).
 
-1. **Who**: outside the public paths (``/healthz``, ``/readyz``, ``/metrics`` and the
-   ``/admin/models`` routes — which check their own tokens —, ``/login``, ``/logout``) the
-   caller is resolved from the headers alone; without credentials a browser page load is
-   sent to ``/login?next=...`` and anything else gets 401, at once, with
-   ``Connection: close``: not a byte of the body is read.
+1. **Who**: outside the public paths (``/healthz``, ``/readyz``, ``/metrics``, ``/login``,
+   ``/logout``) the caller is resolved from the headers alone; without credentials a
+   browser page load is sent to ``/login?next=...`` and anything else gets 401, at once,
+   with ``Connection: close``: not a byte of the body is read. The ``/admin/models``
+   routes need the admin token instead, checked the same way and as early
+   (:mod:`qwen_ui.web.admin_token`).
    Gradio's own routes (config, queue, heartbeat, cancel, reset, openapi, uploads,
    ``file=``) are behind this like every other path.
 2. **From where**: a state-changing request authenticated by the session cookie must come
@@ -35,6 +36,7 @@ from qwen_ui.errors import MalformedBody, NotFound, QwenUIError, Unauthorized
 from qwen_ui.settings import Settings
 from qwen_ui.uploads import UploadRegistry
 from qwen_ui.web import openai_wire
+from qwen_ui.web.admin_token import ADMIN_PATHS, check_admin_token
 from qwen_ui.web.body import (
     BodyReader,
     BodyRejected,
@@ -55,9 +57,7 @@ from qwen_ui.web.origin import STATE_CHANGING, same_site_request
 
 log = logging.getLogger(__name__)
 
-# /admin/...: checked by the admin routes' own token (qwen_ui.web.admin)
-ADMIN_PATHS = frozenset({"/admin/models", "/admin/models/activate", "/admin/models/reload"})
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/login", "/logout", *ADMIN_PATHS})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/login", "/logout"})
 FILE_ROUTE = re.compile(r"/(?:gradio_api/)?file[=/](?P<path>.+)$")
 UPLOAD_ROUTE = re.compile(r"/gradio_api/upload/?$")
 Uploads = Callable[[], UploadRegistry | None]
@@ -138,6 +138,7 @@ class RequestGuard:
         self.timeout_s = settings.body_read_timeout_s
         self.allowed_origins = settings.cors_origin_list
         self.language = settings.language
+        self.admin_token = settings.admin_token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -161,7 +162,7 @@ class RequestGuard:
         reply = Reply(scope, send, self.language)
         path = local_path(scope)
         try:
-            caller = None if path in PUBLIC_PATHS else await self._admit(scope, path, reply)
+            caller = await self._who(scope, path, reply)
             if reply.rejected:
                 return
             reader = self._body_reader(scope, receive, reply)
@@ -181,6 +182,16 @@ class RequestGuard:
             if not reply.rejected:
                 raise
             log.info("request ended after its body was refused")
+
+    async def _who(self, scope: Scope, path: str, reply: Reply) -> Caller | None:
+        """The caller; None for the public paths, and for the admin paths once the admin
+        token is found in the headers (else :class:`AdminUnauthorized`, before the body)."""
+        if path in ADMIN_PATHS:
+            check_admin_token(Headers(scope=scope), self.admin_token)
+            return None
+        if path in PUBLIC_PATHS:
+            return None
+        return await self._admit(scope, path, reply)
 
     async def _admit(self, scope: Scope, path: str, reply: Reply) -> Caller | None:
         """The caller, or None after answering (login redirect, 401, 403, 404)."""

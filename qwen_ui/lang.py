@@ -15,10 +15,9 @@ def is_lang(value: object) -> TypeGuard[Lang]:
     return value in LANGS
 
 
-def negotiate(
-    accept_language: str | None, configured: str = "auto", chosen: str | None = None
-) -> Lang:
-    """The request's language (see the module's docstring for the order)."""
+def negotiate(accept_language: str | None, configured: str = "auto", chosen: object = None) -> Lang:
+    """The request's language (see the module's docstring for the order); a ``chosen``
+    value that is not a known language (the browser sends anything) is no choice."""
     for value in (chosen, configured):
         if is_lang(value):
             return value

@@ -27,3 +27,10 @@ def test_negotiate(header: str | None, configured: str, chosen: str | None, expe
 def test_is_lang() -> None:
     assert is_lang("zh") and is_lang("en")
     assert not is_lang("ZH") and not is_lang(None) and not is_lang("auto")
+
+
+def test_a_chosen_value_of_any_type_that_is_no_language_is_no_choice() -> None:
+    """The page's language comes back from the browser as any JSON value."""
+    for chosen in (42, {"en": "zh"}, ["zh"], None, "ZH", "auto"):
+        assert negotiate("zh-CN", "en", chosen) == "en"
+        assert negotiate("zh-CN", "auto", chosen) == "zh"

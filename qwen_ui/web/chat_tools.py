@@ -24,7 +24,7 @@ from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.chat import normalize
 from qwen_ui.web.chat_boxes import Messages, draw_last_answer, with_boxes_shown
 from qwen_ui.web.history import open_conversation, store_of
-from qwen_ui.web.i18n import LANGS, Lang, t
+from qwen_ui.web.i18n import Lang, page_lang, t
 
 SHOW_BOXES_ID = "qwen-show-boxes"
 EXPORT_ID = "qwen-export"
@@ -64,21 +64,28 @@ def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Sequence[Any]
         return with_boxes_shown(_normalized(shown), show, principal.tenant)
 
     async def on_answered(
-        show: bool, shown: Messages | None, conversation_id: str, current: Lang, request: gr.Request
+        show: bool,
+        shown: Messages | None,
+        conversation_id: str,
+        current: object,
+        request: gr.Request,
     ) -> Any:
         store = store_of(app)
         found = await open_conversation(app, principal_from_gradio(request), conversation_id)
         if store is None or found is None:
             return gr.update()
-        drawn = await draw_last_answer(store, found, _normalized(shown), current, show)
+        lang = page_lang(current, request, settings.language)
+        drawn = await draw_last_answer(store, found, _normalized(shown), lang, show)
         return gr.update() if drawn is None else drawn
 
-    def on_conversation(conversation_id: str, current: str) -> dict[Any, Any]:
+    def on_conversation(
+        conversation_id: str, current: object, request: gr.Request
+    ) -> dict[Any, Any]:
         # on load the conversation may be restored before the language is chosen ("")
-        current = current if current in LANGS else "en"
+        lang = page_lang(current, request, settings.language)
         return {
-            links: export_html(settings, conversation_id, current),
-            show_boxes: gr.update(label=t("show_boxes", current)),
+            links: export_html(settings, conversation_id, lang),
+            show_boxes: gr.update(label=t("show_boxes", lang)),
         }
 
     # the chat is an output of both: no progress shown on it ("Loading content" over the

@@ -50,7 +50,7 @@ from qwen_ui.web.history import (
     open_conversation,
     store_of,
 )
-from qwen_ui.web.i18n import LANGS, Lang, negotiate, t
+from qwen_ui.web.i18n import LANGS, Lang, is_lang, page_lang, t
 from qwen_ui.web.model_picker import build_model_picker, picker_update
 from qwen_ui.web.oss_panel import build_oss_panel
 from qwen_ui.web.scope import declared_scope, is_demo, model_scope
@@ -272,6 +272,11 @@ class Handlers:
         self.page = page
         self.controls = Controls()
 
+    def lang(self, value: object, request: gr.Request) -> Lang:
+        """The page's language as the browser sent it (any value): an unknown one is the
+        default language (:func:`~qwen_ui.web.i18n.page_lang`)."""
+        return page_lang(value, request, self.settings.language)
+
     async def listing(
         self, request: gr.Request, chosen: Lang, conversation_id: str | None
     ) -> dict[Any, Any]:
@@ -305,62 +310,61 @@ class Handlers:
         return {self.page.lang: chosen, **_relabel(self.app, self.page, chosen, who)}
 
     async def on_load(
-        self, stored_lang: str, stored_conversation: str, request: gr.Request
+        self, stored_lang: object, stored_conversation: str, request: gr.Request
     ) -> dict[Any, Any]:
-        chosen = negotiate(request.headers.get("accept-language"), self.settings.language)
-        if stored_lang in LANGS:
-            chosen = stored_lang  # type: ignore[assignment]
-        if request.query_params.get("lang") in LANGS:
-            chosen = request.query_params["lang"]  # type: ignore[assignment]
+        asked = request.query_params.get("lang")  # ?lang= wins over the language kept
+        chosen = self.lang(asked if is_lang(asked) else stored_lang, request)
         shown = await self.showing(request, chosen, stored_conversation)
         return merged(self.relabelled(request, chosen), shown)
 
     async def on_pick(
-        self, chosen: Lang, conversation_id: str, request: gr.Request
+        self, picked: object, conversation_id: str, request: gr.Request
     ) -> dict[Any, Any]:
+        chosen = self.lang(picked, request)
         listed = await self.listing(request, chosen, conversation_id)
         return merged(self.relabelled(request, chosen), listed)
 
     async def on_listing(
-        self, chosen: Lang, conversation_id: str, request: gr.Request
+        self, current: object, conversation_id: str, request: gr.Request
     ) -> dict[Any, Any]:
-        return await self.listing(request, chosen, conversation_id)
+        return await self.listing(request, self.lang(current, request), conversation_id)
 
-    async def on_open(self, chosen_id: str, current: Lang, request: gr.Request) -> dict[Any, Any]:
-        return await self.showing(request, current, chosen_id)
+    async def on_open(self, chosen_id: str, current: object, request: gr.Request) -> dict[Any, Any]:
+        return await self.showing(request, self.lang(current, request), chosen_id)
 
     async def on_rename(
-        self, conversation_id: str, title: str, current: Lang, request: gr.Request
+        self, conversation_id: str, title: str, current: object, request: gr.Request
     ) -> dict[Any, Any]:
         store = store_of(self.app)
         if store is not None and conversation_id:
             principal = principal_from_gradio(request)
             await store.rename(principal.label, conversation_id, title)
-        return await self.listing(request, current, conversation_id)
+        return await self.listing(request, self.lang(current, request), conversation_id)
 
     async def on_delete(
-        self, conversation_id: str, shown: Messages | None, current: Lang, request: gr.Request
+        self, conversation_id: str, shown: Messages | None, current: object, request: gr.Request
     ) -> dict[Any, Any]:
         self.controls.request(session_of(request), "reset")
         await forget(self.app, conversation_id, shown, request)
-        return await self.showing(request, current, "")
+        return await self.showing(request, self.lang(current, request), "")
 
     async def on_submit(
         self,
         message: dict[str, Any] | None,
         history: Messages | None,
         conversation_id: str | None,
-        current: Lang,
+        current: object,
         model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
+        lang = self.lang(current, request)
         if session_of(request) in self.controls.running:
-            gr.Warning(t("still_answering", current))
+            gr.Warning(t("still_answering", lang))
             self.controls.declined(session_of(request))
             yield {}  # nothing changes: the text stays in the box
             return
         views = answer(
-            self.app, message, history, conversation_id, current, request, self.controls, model
+            self.app, message, history, conversation_id, lang, request, self.controls, model
         )
         async for view in views:
             yield self.page.of(view)
@@ -369,12 +373,13 @@ class Handlers:
         self,
         history: Messages | None,
         conversation_id: str | None,
-        current: Lang,
+        current: object,
         model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
         """Regenerate: the last question is asked again (its earlier answer dropped)."""
-        again = self.again(None, history, conversation_id, current, request, model)
+        lang = self.lang(current, request)
+        again = self.again(None, history, conversation_id, lang, request, model)
         async for update in again:
             yield update
 
@@ -383,21 +388,22 @@ class Handlers:
         data: gr.EditData,
         history: Messages | None,
         conversation_id: str | None,
-        current: Lang,
+        current: object,
         model: str | None,
         request: gr.Request,
     ) -> AsyncIterator[dict[Any, Any]]:
         """The last question, edited, is asked instead of it; an earlier one is put back."""
+        lang = self.lang(current, request)
         chat = normalize(history)
         if data.index != last_question(chat) or not isinstance(data.index, int):
-            gr.Warning(t("edit_last_only", current))
+            gr.Warning(t("edit_last_only", lang))
             self.controls.declined(session_of(request))
             if isinstance(data.index, int) and data.index < len(chat):
                 chat[data.index]["content"] = str(data.previous_value)
             yield {self.page.chat: chat}
             return
         edited = str(data.value)
-        again = self.again(edited, history, conversation_id, current, request, model)
+        again = self.again(edited, history, conversation_id, lang, request, model)
         async for update in again:
             yield update
 
@@ -428,9 +434,10 @@ class Handlers:
         async for view in views:
             yield self.page.of(view)
 
-    def on_model(self, chosen: str, current: Lang) -> dict[Any, Any]:
+    def on_model(self, chosen: str, current: object, request: gr.Request) -> dict[Any, Any]:
         """The picked model's scope note under the picker."""
-        return {self.page.model: picker_update(services_of(self.app), current, chosen)}
+        lang = self.lang(current, request)
+        return {self.page.model: picker_update(services_of(self.app), lang, chosen)}
 
     def on_stop(self, request: gr.Request) -> None:
         self.controls.request(session_of(request), "stop")
@@ -447,9 +454,10 @@ class Handlers:
         }
 
     async def after_answer(
-        self, current: Lang, conversation_id: str, request: gr.Request
+        self, current: object, conversation_id: str, request: gr.Request
     ) -> dict[Any, Any]:
-        listed = await self.listing(request, current, conversation_id)
+        lang = self.lang(current, request)
+        listed = await self.listing(request, lang, conversation_id)
         if self.controls.busy(session_of(request)):
             # a refused submit (the answer that runs keeps Stop and the box), or an earlier
             # answer's last step arriving after the next question was sent
@@ -457,7 +465,7 @@ class Handlers:
         return {
             self.page.question: idle_box(),
             self.page.stop: gr.update(visible=False),
-            self.page.status: status_markdown(self.app, current),
+            self.page.status: status_markdown(self.app, lang),
             **listed,
         }
 

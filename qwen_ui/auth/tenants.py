@@ -196,7 +196,7 @@ class TenantRegistry:
     path: Path
     allow_insecure: bool = False
     _tenants: TenantsFile = field(default_factory=TenantsFile)
-    _stamp: tuple[int, int] | None = None
+    _stamp: tuple[int, int, int] | None = None
     _token_index: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -204,12 +204,14 @@ class TenantRegistry:
         self._stamp = self._stat()
         self._index()
 
-    def _stat(self) -> tuple[int, int] | None:
+    def _stat(self) -> tuple[int, int, int] | None:
+        """The file's inode too: :func:`save` replaces the file, and a new password hash
+        keeps the size and may keep the (coarse) mtime."""
         try:
             info = self.path.stat()
         except FileNotFoundError:
             return None
-        return info.st_mtime_ns, info.st_size
+        return info.st_ino, info.st_mtime_ns, info.st_size
 
     def _index(self) -> None:
         self._token_index = {

@@ -97,6 +97,22 @@ def test_registry_reloads_when_the_file_changes(tmp_path: Path) -> None:
     assert registry.get("b") is not None and registry.get("a") is None
 
 
+def test_registry_sees_a_same_size_file_saved_in_the_same_tick(tmp_path: Path) -> None:
+    """A new password hash has the old one's size, and a coarse clock may give the new
+    file the old one's mtime: a saved file is a new inode, so it is read again."""
+    path = tmp_path / "tenants.toml"
+    old = Tenant(id="a", kind="local", users={"u": "scrypt$" + "x" * 40})
+    new = old.model_copy(update={"users": {"u": "scrypt$" + "y" * 40}})
+    tenants_file.save(path, TenantsFile(tenants={"a": old}))
+    registry = TenantRegistry(path)
+    assert registry.get("a") == old
+    before = path.stat()
+    tenants_file.save(path, TenantsFile(tenants={"a": new}))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert registry.get("a") == new
+
+
 def test_registry_keeps_the_last_good_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,13 +4,16 @@ from ``images/`` (each image once, plus a copy with the boxes drawn where an ans
 something) beside the same ``conversation.json``.
 
 Images are numbered as the page and the stages number them (across the whole
-conversation). Questions and answers are written as Markdown text, never as HTML.
+conversation). Titles, questions and answers are written as Markdown text, never as HTML,
+and the only links they keep are inline http(s) ones (:func:`markdown_text`): any other
+link syntax (``[x](javascript:...)``, reference links, ``<scheme:...>``) stays text.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import time
 import zipfile
 from dataclasses import dataclass
@@ -28,12 +31,29 @@ from qwen_ui.web.boxes_view import (
     numbers_of,
     on_image,
 )
-from qwen_ui.web.history import escape_markdown_html
 from qwen_ui.web.i18n import Lang, t
 
 FORMAT = "qwen-ui.conversation"
 VERSION = 1
 _MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
+# an inline link (not an image) to an http(s) address, with plain text as its label
+WEB_LINK = re.compile(r"(?<![!\\])\[([^\[\]\\\n]*)\]\((https?://[^\s()<>\\]+)\)")
+_ESCAPES = {"\\": "\\\\", "[": "\\[", "]": "\\]", "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown_text(text: str) -> str:
+    """``text`` for Markdown: its formatting kept, but no HTML and no link other than an
+    inline http(s) one (backslashes and brackets escaped everywhere else)."""
+    out, start = [], 0
+    for link in WEB_LINK.finditer(text):
+        out.append(_escaped(text[start : link.start()]))
+        out.append(f"[{_escaped(link.group(1))}]({link.group(2).replace('&', '&amp;')})")
+        start = link.end()
+    return "".join(out) + _escaped(text[start:])
+
+
+def _escaped(text: str) -> str:
+    return "".join(_ESCAPES.get(c, c) for c in text)
 
 
 @dataclass(frozen=True)
@@ -161,7 +181,7 @@ def json_bytes(conversation: Conversation, images: list[ExportImage]) -> bytes:
 
 def to_markdown(conversation: Conversation, images: list[ExportImage], lang: Lang) -> str:
     by_sha = {image.sha256: image for image in images}
-    title = escape_markdown_html(conversation.display_title or t("untitled", lang))
+    title = markdown_text(conversation.display_title or t("untitled", lang))
     lines = [f"# {title}", "", f"*{t('export_note', lang).format(when=_iso(time.time()))}*", ""]
     for index, (turn, first) in enumerate(_numbered(conversation), start=1):
         lines += _turn_markdown(index, turn, first, by_sha, lang)
@@ -180,10 +200,10 @@ def _turn_markdown(
     own = {sha: first + i for i, sha in enumerate(turn.images)}
     for sha, number in own.items():
         lines += [_image_line(by_sha.get(sha), number, lang), ""]
-    lines += [f"**{t('question', lang)}:** {escape_markdown_html(turn.question)}", ""]
-    lines += [f"**{t('export_answer', lang)}:** {escape_markdown_html(turn.shown_answer)}", ""]
+    lines += [f"**{t('question', lang)}:** {markdown_text(turn.question)}", ""]
+    lines += [f"**{t('export_answer', lang)}:** {markdown_text(turn.shown_answer)}", ""]
     if turn.boxes:
-        located = escape_markdown_html(legend(turn.boxes, own, lang))
+        located = markdown_text(legend(turn.boxes, own, lang))
         lines += [f"{t('export_boxes', lang)}: {located}", ""]
         for sha in images_with_boxes(turn.boxes):
             image = by_sha.get(sha)

@@ -8,11 +8,12 @@ import json
 import re
 import zipfile
 
+import pytest
 from PIL import Image
 
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
 from qwen_ui.state import MemoryState
-from qwen_ui.web.export import gather_images, json_bytes, to_json, zip_bytes
+from qwen_ui.web.export import gather_images, json_bytes, markdown_text, to_json, zip_bytes
 from tests.engine.conftest import png
 
 OWNER = "acme/alice"
@@ -116,3 +117,38 @@ async def test_an_image_gone_from_the_store_is_named_not_invented() -> None:
         f"*image 1, {SHA['red'][:16]}: no longer stored*"
         in archive.read("conversation.md").decode()
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("[x](javascript:alert(1))", "\\[x\\](javascript:alert(1))"),
+        ("![x](https://a.example/p.png)", "!\\[x\\](https://a.example/p.png)"),  # no remote image
+        ("<javascript:alert(1)>", "&lt;javascript:alert(1)&gt;"),
+        ("[r][1]\n\n[1]: javascript:alert(1)", "\\[r\\]\\[1\\]\n\n\\[1\\]: javascript:alert(1)"),
+        ("\\[x\\](javascript:a)", "\\\\\\[x\\\\\\](javascript:a)"),  # its own escapes stay text
+        (
+            "see [docs](https://a.example/x?a=1&b=2).",
+            "see [docs](https://a.example/x?a=1&amp;b=2).",
+        ),
+        (
+            "[a [b](https://a.example)](javascript:x)",
+            "\\[a [b](https://a.example)\\](javascript:x)",
+        ),
+        ("**bold** `code` 3 < 4", "**bold** `code` 3 &lt; 4"),
+    ],
+)
+def test_markdown_text_keeps_only_inline_web_links(text: str, written: str) -> None:
+    assert markdown_text(text) == written
+
+
+async def test_a_title_and_answer_with_link_syntax_export_as_text() -> None:
+    store = ConversationStore(MemoryState(), ttl_s=120)
+    conv = await store.create("acme", OWNER)
+    await store.append(conv, StoredTurn("q", "[a](javascript:alert(1))", []), {})
+    await store.rename(OWNER, conv.id, "[t](javascript:alert(2))")
+    conv = await store.get(OWNER, conv.id)
+    markdown = zipfile.ZipFile(io.BytesIO(zip_bytes(conv, [], "en"))).read("conversation.md")
+    text = markdown.decode()
+    assert text.startswith("# \\[t\\](javascript:alert(2))")
+    assert "**Answer:** \\[a\\](javascript:alert(1))" in text

@@ -39,3 +39,34 @@ def test_info_hides_debug_lines() -> None:
     err = run_with("info")
     assert "debug line" not in err
     assert "own info line" in err
+
+
+LIBRARY_SCRIPT = """
+import logging, sys
+from qwen_ui import logs
+printing = logging.getLogger("printinglib")  # prints its lines and passes them on
+printing.addHandler(logging.StreamHandler())
+chatty = logging.getLogger("chattylib")  # sets itself lower than the configured level
+chatty.setLevel(logging.DEBUG)
+logs.configure("info")
+later = logging.getLogger("laterlib.sub")  # imported after configure, as Gradio's are
+later.addHandler(logging.StreamHandler(sys.stdout))
+logs.one_line_each()
+printing.warning("printing line")
+later.warning("later line")
+chatty.debug("chatty debug line")
+"""
+
+
+def test_library_lines_are_written_once_at_the_configured_level() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", LIBRARY_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    output = done.stdout + done.stderr
+    for line in ("WARNING printinglib: printing line", "WARNING laterlib.sub: later line"):
+        assert output.count(line.rsplit(": ", 1)[1]) == 1 and line in output, output
+    assert "chatty debug line" not in output

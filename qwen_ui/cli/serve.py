@@ -79,4 +79,6 @@ def _build_app(settings: Settings) -> Any:
     embedded default model, the app's start-up installs the shipped demo on first run."""
     from qwen_ui.server import create_app
 
-    return create_app(settings, install_demo=True)
+    app = create_app(settings, install_demo=True)
+    logs.one_line_each()  # the libraries the app imported are there now
+    return app

@@ -17,6 +17,7 @@ from qwen_ui.engine.errors import (
     ImageUnsupported,
     TooManyImages,
 )
+from qwen_ui.engine.shapes import Geometry
 
 LIMITS = images.ImageLimits(max_bytes=2_000_000, max_images=3, max_pixels=1_000_000)
 
@@ -151,3 +152,103 @@ def test_check_knows_the_upright_size_from_the_header() -> None:
     checked = images.check(data, 1, LIMITS)
     assert checked.size == (20, 60) and "image" not in vars(checked)
     assert checked.image.size == checked.size
+
+
+# --- bounded decoding: reduced to the size used, never copied at full size -----------------
+
+GEOMETRY = Geometry(14, 2, 2, 3136, 1_003_520)  # the processor's defaults: sides of 28
+BIG = images.ImageLimits(max_bytes=20_000_000, max_images=2, max_pixels=50_000_000)
+
+
+def gradient(width: int, height: int, mode: str = "RGB") -> Image.Image:
+    """A picture that compresses well and is not flat (reduction shows)."""
+    band = Image.linear_gradient("L").resize((width, height))
+    return Image.merge(
+        "RGB", (band, band.transpose(Image.Transpose.FLIP_LEFT_RIGHT), band)
+    ).convert(mode)
+
+
+@pytest.fixture
+def made_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The size of every picture PIL makes from another (convert, copy, transpose,
+    resize...: each goes through ``Image._new``) from now on."""
+    made: list[tuple[int, int]] = []
+    original = Image.Image._new
+
+    def new(self: Image.Image, im: object) -> Image.Image:
+        out = original(self, im)  # type: ignore[arg-type]
+        made.append(out.size)
+        return out
+
+    monkeypatch.setattr(Image.Image, "_new", new)
+    return made
+
+
+def test_reduced_size_is_the_processors_when_smaller() -> None:
+    assert images.reduced_size((7000, 7000), GEOMETRY) == (980, 980)
+    assert images.reduced_size((4000, 3000), GEOMETRY) == (1148, 840)
+    assert images.reduced_size((1000, 1000), GEOMETRY) is None  # within max_pixels
+    assert images.reduced_size((1010, 1000), GEOMETRY) == (980, 980)  # just above
+    assert images.reduced_size((30_000, 100), GEOMETRY) is None  # refused by admission
+
+
+def test_a_big_png_is_decoded_once_and_reduced_before_any_copy(
+    made_sizes: list[tuple[int, int]],
+) -> None:
+    data = encode(gradient(3000, 2000), "PNG")
+    checked = images.check(data, 1, BIG, GEOMETRY)
+    assert checked.size == (3000, 2000) and checked.target == (1204, 812)
+    assert "image" not in vars(checked)  # still nothing decoded
+    made_sizes.clear()
+    image = checked.image
+    assert image.mode == "RGB" and image.size == (1204, 812)
+    assert (3000, 2000) not in made_sizes  # no full-size copy: RGB, EXIF turn, float...
+    assert checked.load() is image  # decoded once
+
+
+def test_a_big_jpeg_is_decoded_at_its_draft_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import JpegImagePlugin
+
+    decoded: list[tuple[int, int]] = []
+    load = JpegImagePlugin.JpegImageFile.load
+
+    def spy(self: JpegImagePlugin.JpegImageFile) -> object:
+        out = load(self)
+        decoded.append(self.size)
+        return out
+
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "load", spy)
+    data = encode(gradient(4000, 3000), "JPEG", quality=80)
+    checked = images.check(data, 1, BIG, GEOMETRY)
+    assert checked.image.size == (1148, 840)
+    assert set(decoded) == {(2000, 1500)}  # 1/2 scale: the smallest not below the target
+    full = images.check(data, 1, BIG)  # without a target: the whole picture
+    assert checked.decode_cost() < full.decode_cost() / 3
+    assert full.image.size == (4000, 3000)
+
+
+def test_a_turned_jpeg_is_reduced_in_its_own_orientation() -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to display
+    data = encode(gradient(4000, 3000), "JPEG", exif=exif.tobytes())
+    checked = images.check(data, 1, BIG, GEOMETRY)
+    assert checked.size == (3000, 4000) and checked.target == (840, 1148)
+    assert checked.image.size == (840, 1148)
+
+
+def test_a_big_transparent_png_is_reduced_then_composited_on_white() -> None:
+    data = encode(Image.new("RGBA", (2400, 1800), (255, 0, 0, 0)), "PNG")
+    checked = images.check(data, 1, BIG, GEOMETRY)
+    image = checked.image
+    assert image.mode == "RGB" and image.size == checked.target
+    assert image.getpixel((5, 5)) == (255, 255, 255)
+
+
+def test_the_decode_cost_counts_the_full_picture_and_its_copies() -> None:
+    rgb = images.check(encode(gradient(3000, 2000), "PNG"), 1, BIG, GEOMETRY)
+    rgba = images.check(encode(gradient(3000, 2000, "RGBA"), "PNG"), 1, BIG, GEOMETRY)
+    kept = 1204 * 812 * images.OUTPUT_BYTES
+    assert rgb.decode_cost() == 3000 * 2000 * 4 + kept  # PIL keeps RGB in 4 bytes
+    assert rgba.decode_cost() == 3000 * 2000 * (4 + images.ALPHA_COPY) + kept
+    _ = rgb.image
+    assert rgb.decode_cost() == 0  # decoded: nothing more to count

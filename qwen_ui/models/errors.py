@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from qwen_ui.errors import BadRequest, ServiceUnavailable, Unauthorized
+from qwen_ui.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
 
 
-class UnknownModel(BadRequest):
-    code = "unknown_model"
+class UnknownModel(NotFound):
+    code = "model_not_found"
     en = "The model '{model}' is not offered here; choose one of: {offered}."
     zh = "此处不提供模型“{model}”；请从以下模型中选择：{offered}。"
 

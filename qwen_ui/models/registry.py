@@ -1,7 +1,7 @@
 """The offered models, which one answers a request, and the memory they share.
 
 * **Picking**: an explicit model (``OWNER/NAME@REV``, or ``OWNER/NAME`` for its first
-  offered revision) must be offered, its revision included (:class:`UnknownModel`, 400,
+  offered revision) must be offered, its revision included (:class:`UnknownModel`, 404,
   naming the offered ones); without one a follow-up goes to the model its conversation
   follows (:mod:`qwen_ui.models.routes`), anything else to the default (the first
   offered model).

@@ -2,7 +2,7 @@
 newline-delimited JSON.
 
 ``model`` (optional, ``OWNER/NAME@REV``) picks one of the offered models (an unknown one is
-a 400 ``unknown_model``); without it a follow-up goes to its conversation's model, anything
+a 404 ``model_not_found``); without it a follow-up goes to its conversation's model, anything
 else to the default. The response names the model in ``X-Qwen-UI-Model`` and the ``done``
 line in ``"model"``.
 

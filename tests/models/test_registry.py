@@ -117,10 +117,10 @@ async def test_explicit_model_default_and_unknown(tmp_path: Path) -> None:
     assert (await answer(models, question(), "acme/b")).model == B  # its offered revision
     with pytest.raises(UnknownModel) as raised:
         models.entry("acme/zzz@v1")
-    assert raised.value.status == 400 and A in raised.value.message("en")
+    assert raised.value.status == 404 and A in raised.value.message("en")
     assert "此处不提供模型" in raised.value.message("zh")
     events = [e async for e in models.ask(question(), "nope/x@1")]
-    assert isinstance(events[-1], Failed) and events[-1].code == "unknown_model"
+    assert isinstance(events[-1], Failed) and events[-1].code == "model_not_found"
 
 
 def test_an_unknown_revision_of_an_offered_model_is_unknown(tmp_path: Path) -> None:

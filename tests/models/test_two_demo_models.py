@@ -86,11 +86,11 @@ def test_two_revisions_answer_by_name_and_report_their_state(client: TestClient)
     assert f'qwen_ui_model_requests_in_flight{{model="{BF16}"}} 0.0' in metrics
 
 
-def test_an_unknown_model_is_a_typed_400_in_both_languages(client: TestClient) -> None:
+def test_an_unknown_model_is_a_typed_404_in_both_languages(client: TestClient) -> None:
     response = ask(client, "qwen-ui/nope@bf16")
-    assert response.status_code == 400
+    assert response.status_code == 404
     error = response.json()["error"]
-    assert error["code"] == "unknown_model" and BF16 in error["message"]
+    assert error["code"] == "model_not_found" and BF16 in error["message"]
     client.headers["accept-language"] = "zh-CN"
     response = ask(client, "qwen-ui/nope@bf16")
     assert "此处不提供模型" in response.json()["error"]["message"]

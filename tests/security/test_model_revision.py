@@ -42,13 +42,13 @@ def _chat(site: Site, model: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("model", UNKNOWN)
-def test_ask_with_an_unknown_revision_is_refused_naming_the_offered(
+def test_ask_with_an_unknown_revision_is_model_not_found_naming_the_offered(
     memory_site: Site, model: str
 ) -> None:
     response = _ask(memory_site, model)
-    assert response.status_code == 400, response.text[:300]
+    assert response.status_code == 404, response.text[:300]
     error = response.json()["error"]
-    assert error["code"] == "unknown_model"
+    assert error["code"] == "model_not_found"
     assert OFFERED in error["message"]
 
 

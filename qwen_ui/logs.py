@@ -9,8 +9,9 @@ handler of their own and still pass each line on to the root (huggingface_hub, i
 with Gradio): :func:`one_line_each` takes those handlers away, so that such a line is
 written once, in this format; ``serve`` calls it again once the app is built, when those
 libraries have been imported.
-oss2 logs request headers, the Authorization header and the STS token among them, at
-DEBUG: its loggers are pinned to WARNING whatever the level. qwen-ui's own lines never
+oss2 (and aliyunsdkcore, which it imports) logs request headers, the Authorization header
+and the STS token among them, at DEBUG: their loggers are pinned to WARNING whatever the
+level. qwen-ui's own lines never
 carry a password, AccessKey secret, STS token, session id or API token.
 """
 
@@ -20,7 +21,9 @@ import logging
 import sys
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-OSS2_LOGGERS = ("oss2", "oss2.http", "oss2.api", "oss2.auth")
+# aliyunsdkcore (oss2's KMS client) sets its request logger to DEBUG itself and writes the
+# Authorization header there when the environment has DEBUG=sdk
+OSS2_LOGGERS = ("oss2", "oss2.http", "oss2.api", "oss2.auth", "aliyunsdkcore.http.http_response")
 NOISY_AT_DEBUG = ("PIL",)  # a line per image chunk decoded
 
 

@@ -12,6 +12,9 @@ logs.configure({level!r})
 logging.getLogger("qwen_ui.auth.service").debug("own debug line")
 logging.getLogger("urllib3.connectionpool").debug("library debug line")
 logging.getLogger("oss2.http").debug("Authorization: OSS4-HMAC-SHA256 leaked")
+import qwen_ui.services  # imports oss2, which sets aliyunsdkcore's logger to DEBUG
+logs.quiet_oss2_logging()  # as Services.start does
+logging.getLogger("aliyunsdkcore.http.http_response").debug("Authorization: acs leaked")
 logging.getLogger("qwen_ui.auth.service").info("own info line")
 """
 

@@ -15,7 +15,8 @@ setup_python() {
     "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
   fi
-  # torch + torchvision as a matching pair (STACK.md); keep a torch that is already there.
+  # torch + torchvision as a matching pair (PyPI's torchvision does not import beside
+  # older CPU-only torch wheels); keep a torch that is already there.
   if ! "$VENV/bin/python" -c 'import torch, torchvision' 2>/dev/null; then
     log "installing torch 2.14.1 + torchvision 0.29.1"
     "$VENV/bin/python" -m pip install -q torch==2.14.1 torchvision==0.29.1

@@ -1,4 +1,4 @@
-"""Admission control by a memory budget (DESIGN.md step 4), on plain data: the engine
+"""Admission control by a memory budget (step 4 of a question: after the checks, before any work), on plain data: the engine
 hands over the model's facts and each request's shape (:mod:`qwen_ui.engine.shapes`, the
 one engine module imported here) and gets back the bytes to reserve.
 

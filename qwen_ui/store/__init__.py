@@ -1,4 +1,4 @@
-"""The hash-addressed model store (see DESIGN.md, "Model store", and docs/store.md).
+"""The hash-addressed model store (docs/store.md).
 
 The engine loads models only through :meth:`ModelStore.resolve`, which returns a local
 :class:`Snapshot` path; nothing here touches the network (``scripts/cache_model.sh`` and

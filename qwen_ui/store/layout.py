@@ -1,4 +1,4 @@
-"""Names and paths of the store (see DESIGN.md, "Model store").
+"""Names and paths of the store (docs/store.md).
 
 Under the store root (``QWEN_UI_MODEL_DIR``, default ``HOME/models``)::
 

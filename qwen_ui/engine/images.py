@@ -117,7 +117,7 @@ class CheckedImage:
             opened = self._opened()
         width, height = opened.size
         kept = self.target or (width, height)
-        per_pixel = PIXEL_BYTES.get(opened.mode, 4) + _copies(opened)
+        per_pixel = pixel_bytes(opened.mode) + _copies(opened)
         return width * height * per_pixel + kept[0] * kept[1] * OUTPUT_BYTES
 
     def _file_target(self) -> Size | None:
@@ -225,12 +225,12 @@ def decode_all(blobs: Sequence[bytes], limits: ImageLimits) -> list[CheckedImage
 
 
 def _upright(image: Image.Image) -> tuple[tuple[int, int], int]:
-    orientation = _orientation(image)
+    orientation = exif_orientation(image)
     width, height = image.size
     return ((height, width) if orientation in (5, 6, 7, 8) else (width, height)), orientation
 
 
-def _orientation(image: Image.Image) -> int:
+def exif_orientation(image: Image.Image) -> int:
     """The header's EXIF orientation (1 when absent or invalid). A PNG's EXIF may follow
     its pixels, which PIL would decode to find: there only an EXIF chunk ahead of them
     counts (the decoded image is still turned as its EXIF says)."""
@@ -260,6 +260,19 @@ def _open_header(data: bytes, index: int, limits: ImageLimits) -> Image.Image:
     return image
 
 
+def pixel_bytes(mode: str) -> int:
+    """Host bytes per pixel of a decoded picture in ``mode``."""
+    return PIXEL_BYTES.get(mode, 4)
+
+
+def decoded_bytes(image: Image.Image) -> int:
+    """Host bytes of ``image`` (opened: only its header read) decoded whole as it is: its
+    pixels in their own mode, and its decoder's own buffers."""
+    width, height = image.size
+    buffers = WEBP_BUFFERS if image.format == "WEBP" else 0
+    return width * height * (pixel_bytes(image.mode) + buffers)
+
+
 def _copies(image: Image.Image) -> int:
     """Bytes per source pixel of the full-size copies made before the picture is reduced
     (and of the decoder's own buffers)."""
@@ -278,7 +291,7 @@ def _decode_rgb(image: Image.Image, index: int, target: Size | None) -> Image.Im
         if getattr(image, "n_frames", 1) > 1:
             image.seek(0)  # GIF / animated WebP / APNG: the first frame
         image.load()
-        orientation = _orientation(image)  # a PNG's EXIF may follow its pixels
+        orientation = exif_orientation(image)  # a PNG's EXIF may follow its pixels
         reduced = _reduce(image, target)
         method = TRANSPOSE.get(orientation)
         upright = reduced if method is None else reduced.transpose(method)

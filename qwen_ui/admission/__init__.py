@@ -1,6 +1,7 @@
-"""Admission control by a memory budget (step 4 of a question: after the checks, before any work), on plain data: the engine
-hands over the model's facts and each request's shape (:mod:`qwen_ui.engine.shapes`, the
-one engine module imported here) and gets back the bytes to reserve.
+"""Admission control by a memory budget (after the checks, before any work), on plain
+data: the engine hands over the model's facts and each request's shape
+(:mod:`qwen_ui.engine.shapes`, the one engine module imported here) and gets back the
+bytes to reserve.
 
 * :mod:`~qwen_ui.admission.tokens`: image token counts from the processor's resize arithmetic;
 * :mod:`~qwen_ui.admission.sizing`: a request's memory shape, and the downscale search;

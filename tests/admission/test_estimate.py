@@ -66,7 +66,8 @@ KV_7B = 56 * 1024  # bytes per position of the 7B's KV cache (bf16)
 
 def test_sizes_come_from_the_config() -> None:
     shape = model_shape(Qwen2_5_VLConfig(**QWEN25_7B), torch.bfloat16)
-    assert shape.kv_bytes_per_token == 56 * 1024  # 28 layers x 4 KV heads x 128 dims x 2 (K, V) x 2 bytes
+    # 28 layers x 4 KV heads x 128 dims x 2 (K, V) x 2 bytes
+    assert shape.kv_bytes_per_token == 56 * 1024
     v = shape.vision
     assert (v.hidden, v.intermediate, v.heads, v.out_hidden) == (1280, 3420, 16, 3584)
     assert (v.patch_input, v.merge_unit, v.window_patches, v.full_blocks) == (1176, 4, 64, 4)

@@ -48,7 +48,7 @@ def test_counts_follow_other_patch_and_merge_sizes() -> None:
 
 def test_the_published_arithmetic() -> None:
     g = Geometry(14, 2, 2, 3136, 12_845_056)
-    assert image_tokens(1920, 1080, g) == 2691  # one token per 28x28 px after resizing: a 1920×1080 image
+    assert image_tokens(1920, 1080, g) == 2691  # one token per 28x28 px after resizing
     assert image_tokens(28, 28, g) == 4  # min_pixels lifts it to 56×56
     assert resized(20_000, 20_000, g) == (3556, 3556)  # floored under max_pixels
     assert image_tokens(20_000, 20_000, g) == 127 * 127 <= 16_384

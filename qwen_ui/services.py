@@ -25,7 +25,6 @@ from qwen_ui.auth.oss_client import quiet_oss2_logging
 from qwen_ui.auth.service import AuthService
 from qwen_ui.demo.install import DemoInstallingStore
 from qwen_ui.engine.conversations import ConversationStore
-from qwen_ui.engine.decoding import DecodeBudget
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.facts import placement
 from qwen_ui.engine.metrics import EngineMetrics
@@ -79,14 +78,6 @@ class Services:
     def status(self) -> EngineStatus:
         """The default model's life cycle."""
         return self.models.default.status
-
-    @property
-    def decoding(self) -> DecodeBudget:
-        """The one host memory budget every image decode is counted against: every
-        engine's, and the page's and the export's drawing of boxes."""
-        host = self.models.host
-        assert isinstance(host, EngineHost), "the app's registry serves from its EngineHost"
-        return host.decoding
 
     @property
     def admission(self) -> EngineAdmission:

@@ -254,13 +254,6 @@ class Settings(BaseSettings):
         le=400_000_000,
         description="Most decoded pixels per image (checked before decoding).",
     )
-    decode_budget_bytes: int = Field(
-        512 * MiB,
-        ge=16 * MiB,
-        description="Host memory for decoding images, counted from their headers before any "
-        "pixel is decoded: images that do not fit wait their turn (up to queue_timeout_s); "
-        "one that could never fit is refused.",
-    )
     min_pixels: int = Field(
         3136, ge=784, le=12_845_056, description="Processor lower bound on pixels per image."
     )

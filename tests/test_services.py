@@ -88,14 +88,6 @@ def test_services_live_as_long_as_the_lifespan(settings: Settings) -> None:
     assert not services.answering and not services.engine.worker.alive
 
 
-def test_one_decode_budget_serves_the_engines_and_the_pages_drawing(settings: Settings) -> None:
-    app = create_app(settings, ui=False)
-    with TestClient(app):
-        services = services_of(app)
-        assert services.decoding is services.engine.decoding  # the host's one budget
-        assert services.decoding.capacity == settings.decode_budget_bytes
-
-
 def test_routes_answer_starting_before_the_services_exist(settings: Settings) -> None:
     client = TestClient(create_app(settings, ui=False))  # no lifespan: never started
     response = client.get("/healthz")

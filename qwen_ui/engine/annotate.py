@@ -1,25 +1,22 @@
 """Boxes drawn on an image: a labelled rectangle per box, one colour per label.
 
-:func:`upright` decodes an image as its file stores it (``PIL.Image.open``, EXIF kept) once,
-to the upright RGB picture people see; :func:`draw` draws boxes on that file's grid (what
-the ``done`` event carries) upright onto the picture: what the chat shows and what its
-download saves. :func:`annotate` does both. :func:`drawing_cost` says from the header alone
-how many bytes of host memory that takes at its peak (what the app's decode budget
-counts). Fonts come from the system (a CJK font when one is installed, so Chinese labels
-render) or Pillow's bundled one; nothing is fetched.
+:func:`annotate` takes the image as its file stores it (``PIL.Image.open``, EXIF kept) and
+boxes on that grid (what the ``done`` event carries), and returns the upright RGB image
+people see, with the rectangles and labels drawn upright on it: what the chat shows and
+what its download saves. Fonts come from the system (a CJK font when one is installed, so
+Chinese labels render) or Pillow's bundled one; nothing is fetched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from qwen_ui.engine.box_mapping import Box, upright_box
-from qwen_ui.engine.images import TRANSPOSE, decoded_bytes, exif_orientation, pixel_bytes
+from qwen_ui.engine.images import ORIENTATION
 
 RGB = tuple[int, int, int]
 # Tableau 10: distinct on photos and for the common colour-vision deficiencies
@@ -54,58 +51,24 @@ def label_colours(boxes: Sequence[Box]) -> dict[str, RGB]:
     return colours
 
 
-@dataclass(frozen=True)
-class Upright:
-    """An image decoded once: its upright RGB picture, and the facts that map boxes on
-    its file's grid onto that picture."""
-
-    picture: Image.Image
-    file_size: tuple[int, int]
-    orientation: int  # the file's EXIF orientation (1-8)
-
-
-def upright(image: Image.Image) -> Upright:
-    """``image`` (as its file stores it, opened) decoded, in RGB, turned as its EXIF says
-    (read once decoded: a PNG's EXIF may follow its pixels)."""
-    image.load()
-    orientation = exif_orientation(image)
-    rgb = image.convert("RGB")
-    method = TRANSPOSE.get(orientation)
-    return Upright(rgb if method is None else rgb.transpose(method), image.size, orientation)
-
-
-def drawing_cost(image: Image.Image) -> int:
-    """Host bytes :func:`upright` and :func:`draw` take at their peak, from ``image``'s
-    header (opened, not decoded): the picture as decoded, its RGB copy and that copy
-    turned upright (the boxes are drawn in place)."""
-    width, height = image.size
-    return decoded_bytes(image) + width * height * 2 * pixel_bytes("RGB")
-
-
-def draw(
-    image: Upright, boxes: Sequence[Box], colours: Mapping[str, RGB] | None = None
-) -> Image.Image:
-    """``boxes`` (on the file's grid) drawn on ``image``'s picture, in place; returns it."""
-    picture = image.picture
-    colours = colours or label_colours(boxes)
-    side = min(picture.size)
-    width = max(2, round(side / 250))
-    font = _font(max(12, round(side / 30)))
-    pen = ImageDraw.Draw(picture)
-    for box in boxes:
-        shown = upright_box(box.box, image.file_size, image.orientation)
-        colour = colours.get(box.label, PALETTE[0])
-        pen.rectangle(shown, outline=colour, width=width)
-        if box.label:
-            _label(pen, shown, box.label, colour, font)
-    return picture
-
-
 def annotate(
     image: Image.Image, boxes: Sequence[Box], colours: Mapping[str, RGB] | None = None
 ) -> Image.Image:
     """``image`` upright, in RGB, with ``boxes`` (on the file's grid) drawn on it."""
-    return draw(upright(image), boxes, colours)
+    orientation = image.getexif().get(ORIENTATION, 1)
+    upright = ImageOps.exif_transpose(image).convert("RGB")
+    colours = colours or label_colours(boxes)
+    side = min(upright.size)
+    width = max(2, round(side / 250))
+    font = _font(max(12, round(side / 30)))
+    draw = ImageDraw.Draw(upright)
+    for box in boxes:
+        shown = upright_box(box.box, image.size, orientation)
+        colour = colours.get(box.label, PALETTE[0])
+        draw.rectangle(shown, outline=colour, width=width)
+        if box.label:
+            _label(draw, shown, box.label, colour, font)
+    return upright
 
 
 def _label(

@@ -1,12 +1,10 @@
 """``Engine.ask(request) -> AsyncIterator[Event]``: images in, stage events and tokens out.
 
-The asyncio side checks the input (images from their headers), reads the conversation
-once, computes the request's shape once (:class:`~qwen_ui.engine.shapes.AskShape`: text
-tokens, the sizes of the earlier and the new images) and hands it to admission as plain
-data, looks embeddings up in the cache, decodes the images it must encode (in threads,
-once, reduced to the size the processor uses, each counted against the decode budget of
-:mod:`~qwen_ui.engine.decoding` before it is decoded) and holds admission's reservation
-around the work; the worker thread loads the model when needed, encodes cache misses, builds the
+The asyncio side checks the input, reads the conversation once, decodes images (in
+threads), computes the request's shape once (:class:`~qwen_ui.engine.shapes.AskShape`:
+text tokens, the sizes of the earlier and the new images) and hands it to admission as
+plain data, looks embeddings up in the cache and holds admission's reservation around
+the work; the worker thread loads the model when needed, encodes cache misses, builds the
 prompt and generates. Admission never calls back into the engine: it is told the model's
 facts (once per snapshot) and the weights' resident bytes (once loaded). Closing the
 iterator (a client that went away) cancels the job: the worker stops within one decoding
@@ -60,7 +58,6 @@ from qwen_ui.engine.conversations import (
     new_id,
     owner_of,
 )
-from qwen_ui.engine.decoding import DecodeBudget
 from qwen_ui.engine.errors import (
     SEED_MAX,
     AnswerFailed,
@@ -87,7 +84,7 @@ from qwen_ui.engine.generate import (
 from qwen_ui.engine.metrics import EngineMetrics
 from qwen_ui.engine.pipelines import ModelSpec, Pipelines, StoreLike, Turn
 from qwen_ui.engine.prefill_graphs import PrefillGraphs
-from qwen_ui.engine.shapes import AskShape, Fit, Geometry, ModelFacts, Size
+from qwen_ui.engine.shapes import AskShape, Fit, ModelFacts, Size
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.engine.worker import Job, Worker
 from qwen_ui.errors import QwenUIError
@@ -254,7 +251,6 @@ class Engine:
         )
         self.pipelines = Pipelines(store, spec, self.status)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
-        self.decoding = DecodeBudget.from_settings(settings)  # the app shares one (the host)
         self.conversations = ConversationStore(
             state, settings.conversation_ttl_s, settings.conversations_per_user
         )
@@ -346,7 +342,9 @@ class Engine:
             turns = _turns(history, question, new, total if declared.vision_ids else 0)
             fit = await self._fit(request, turns, history, checked, sampling)
             if fit.max_pixels is not None:
-                checked = _downscale(checked, fit.new_sizes, fit.max_pixels)
+                checked = await asyncio.to_thread(
+                    _downscale, checked, fit.new_sizes, fit.max_pixels
+                )
                 yield Stage("downscaled", total=len(checked), max_pixels=fit.max_pixels)
             plan = await self._plan(request, turns, history, checked, sampling, start)
             plan = _numbered(plan, total)
@@ -409,32 +407,19 @@ class Engine:
         out: list[image_checks.CheckedImage],
         conversation: Conversation | None = None,
     ) -> AsyncIterator[Event]:
-        """Check the new images from their headers, each aimed at the size the processor
-        uses; stages number them after the conversation's (errors name them by their
-        place in the upload). An image whose decode could never fit the decode budget is
-        refused here, before anything is kept; the pixels are decoded later, when needed
-        (:meth:`_plan`)."""
+        """Check and decode the new images; stages number them after the conversation's
+        (errors name them by their place in the upload)."""
         before = len(conversation.images) if conversation is not None else 0
         image_checks.check_count(len(blobs), self.limits)
         for i, data in enumerate(blobs):
             image_checks.check_bytes(data, i + 1, self.limits)
         start = time.perf_counter()
-        found: list[image_checks.CheckedImage] = []
         for i, data in enumerate(blobs):
             yield Stage.at("decoding", before + i + 1, before + len(blobs))
-            found.append(await asyncio.to_thread(image_checks.check, data, i + 1, self.limits))
-        geometry = await self._geometry() if found else None
-        for checked in found:
-            aimed = image_checks.aimed(checked, geometry)
-            await self.decoding.check(aimed)
-            out.append(aimed)
+            out.append(await asyncio.to_thread(image_checks.check, data, i + 1, self.limits))
         if blobs:
             self.metrics.stage.labels("decoding").observe(time.perf_counter() - start)
         self.metrics.images.observe(len(blobs))
-
-    async def _geometry(self) -> Geometry:
-        """The served model's resize geometry (what its processor resizes images to)."""
-        return (await self.served_model()).facts.geometry
 
     async def _history(
         self, request: AskRequest, conversation: Conversation, new_images: int
@@ -567,7 +552,7 @@ class Engine:
         for image in checked:
             key = CacheKey(request.tenant, image.sha256, settings_key, snapshot.id)
             embedding, tier = await self.cache.fetch(key)
-            pixels = None if embedding is not None else await self.decoding.pixels(image)
+            pixels = None if embedding is not None else await asyncio.to_thread(image.load)
             prompt_images.append(PromptImage(key, embedding, pixels, tier))
         for item in prompt_images:
             self.metrics.cache.labels(item.tier).inc()
@@ -588,9 +573,8 @@ class Engine:
         if embedding is not None:
             return PromptImage(key, embedding, None, tier)
         data = read.get(sha) or await self.conversations.image(tenant, sha)
-        geometry = await self._geometry()
-        checked = await asyncio.to_thread(image_checks.check, data, 1, self.limits, geometry)
-        return PromptImage(key, None, await self.decoding.pixels(checked), "miss")
+        checked = await asyncio.to_thread(image_checks.decode, data, 1, self.limits)
+        return PromptImage(key, None, checked.image, "miss")
 
     async def _finish(
         self,
@@ -795,20 +779,16 @@ def _header_size(data: bytes) -> Size:
 def _downscale(
     images: Sequence[image_checks.CheckedImage], sizes: Sequence[Size], max_pixels: int
 ) -> list[image_checks.CheckedImage]:
-    """The images set to decode at admission's ``sizes`` (those already that size
-    unchanged): nothing is decoded here, and never at full size first."""
+    """The images resized to admission's ``sizes`` (those already that size unchanged)."""
     out = []
     for item, size in zip(images, sizes, strict=True):
         if size == item.size:
             out.append(item)
             continue
+        image = item.image.resize(size, Image.Resampling.BICUBIC)
         # a new identity, so the smaller image's embedding gets its own cache entry
         sha = f"{item.sha256}-max{max_pixels}"
-        if item.decoded:  # pixels given: resize those
-            image = item.image.resize(size, Image.Resampling.BICUBIC)
-            out.append(replace(item, pixels=image, size=image.size, sha256=sha))
-        else:
-            out.append(replace(item, size=size, target=size, sha256=sha))
+        out.append(replace(item, pixels=image, size=image.size, sha256=sha))
     return out
 
 

@@ -14,10 +14,8 @@ from qwen_ui.errors import (
 __all__ = [
     "AnswerFailed",
     "ConversationNotFound",
-    "DecodeBusy",
     "EngineFailed",
     "EngineStopped",
-    "ImageDecodeBudget",
     "ImageEmpty",
     "ImageTooLarge",
     "ImageTooManyPixels",
@@ -61,25 +59,6 @@ class ImageTooManyPixels(PayloadTooLarge):
     # pixels: a text (a count or width×height, already with separators); limit: an int
     en = "Image {index} has {pixels} pixels; the limit is {limit:,} pixels per image."
     zh = "第 {index} 张图片有 {pixels} 像素，每张图片上限为 {limit:,} 像素。"
-
-
-class ImageDecodeBudget(PayloadTooLarge):
-    code = "image_decode_budget"
-    # needed, budget: texts in MiB (already formatted)
-    en = (
-        "Image {index} needs about {needed} MiB of memory to decode; the server decodes "
-        "at most {budget} MiB of images at a time. Use a smaller image."
-    )
-    zh = (
-        "第 {index} 张图片解码约需 {needed} MiB 内存，而服务器同时解码图片最多使用 "
-        "{budget} MiB。请使用更小的图片。"
-    )
-
-
-class DecodeBusy(ServiceUnavailable):
-    code = "busy_decoding"
-    en = "The server stayed busy decoding other images for {waited} s; retry in {seconds} s."
-    zh = "服务器持续忙于解码其他图片 {waited} 秒，请在 {seconds} 秒后重试。"
 
 
 class TooManyImages(BadRequest):

@@ -22,7 +22,6 @@ from typing import Any, Literal, Protocol
 
 from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
-from qwen_ui.engine.decoding import DecodeBudget
 from qwen_ui.engine.engine import (
     AskRequest,
     EnteredAdmission,
@@ -42,7 +41,7 @@ from qwen_ui.engine.remote_client import (
     RemoteTimeout,
     RemoteUnreachable,
 )
-from qwen_ui.engine.remote_images import data_url, geometry
+from qwen_ui.engine.remote_images import data_url
 from qwen_ui.engine.status import EngineStatus
 from qwen_ui.errors import BadGateway, GatewayTimeout, QwenUIError
 from qwen_ui.settings import Settings
@@ -98,8 +97,6 @@ class RemoteEngine:
             settings.max_image_bytes, settings.max_images, settings.max_image_pixels
         )
         self.health = RemoteHealth()
-        self.decoding = DecodeBudget.from_settings(settings)  # the app shares one (the host)
-        self.geometry = geometry(settings.min_pixels, settings.max_pixels)
         image_checks.raise_pil_guard(settings.max_image_pixels)
 
     # --- life cycle --------------------------------------------------------------------
@@ -184,16 +181,8 @@ class RemoteEngine:
             image_checks.check_bytes(data, i + 1, self.limits)
         for i, data in enumerate(blobs):
             yield Stage.at("decoding", i + 1, len(blobs))
-            out.append(await self._decoded(data, i + 1))
+            out.append(await asyncio.to_thread(image_checks.decode, data, i + 1, self.limits))
         self.metrics.images.observe(len(blobs))
-
-    async def _decoded(self, data: bytes, index: int) -> image_checks.CheckedImage:
-        """``data`` checked and decoded (within the decode budget) at the size sent."""
-        checked = await asyncio.to_thread(
-            image_checks.check, data, index, self.limits, self.geometry
-        )
-        await self.decoding.pixels(checked)
-        return checked
 
     async def _past_image(self, request: AskRequest, sha: str) -> bytes:
         if request.history is None:
@@ -214,7 +203,10 @@ class RemoteEngine:
         messages: list[dict[str, Any]] = []
         for turn in history:
             past = [await self._past_image(request, sha) for sha in turn.images]
-            images = [await self._decoded(data, i + 1) for i, data in enumerate(past)]
+            images = [
+                await asyncio.to_thread(image_checks.decode, data, i + 1, self.limits)
+                for i, data in enumerate(past)
+            ]
             messages.append(await self._user(turn.question, images))
             messages.append({"role": "assistant", "content": turn.answer})
         messages.append(await self._user(question, checked))

@@ -1,8 +1,7 @@
 """Images for a remote model server: upright RGB (EXIF applied, alpha on white, first
 frame), resized on our side into the configured pixel bounds the way Qwen's processor
 would (aspect kept, sides multiples of 28), as ``data:`` URLs. JPEG sources stay JPEG
-(quality 95); everything else is sent as PNG. An image above the bounds is decoded
-reduced to that size already (:func:`geometry`, the engine's decode budget)."""
+(quality 95); everything else is sent as PNG."""
 
 from __future__ import annotations
 
@@ -13,16 +12,9 @@ import math
 from PIL import Image
 
 from qwen_ui.engine.images import CheckedImage
-from qwen_ui.engine.shapes import Geometry
 
 FACTOR = 28
 JPEG_QUALITY = 95
-
-
-def geometry(min_pixels: int, max_pixels: int) -> Geometry:
-    """The resize geometry of :func:`fit_size` (sides multiples of 28: 14-pixel patches
-    merged 2×2), for decoding images reduced to the size they are sent at."""
-    return Geometry(FACTOR // 2, 2, 2, min_pixels, max_pixels)
 
 
 def fit_size(width: int, height: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:

@@ -1,6 +1,5 @@
 """The app's side of the registry: it builds each model's engine (over the shared
-admission line, embedding cache, image decode budget and state) and reads a ref from the
-store."""
+admission line, embedding cache and state) and reads a ref from the store."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from qwen_ui.admission.controller import AdmissionController
 from qwen_ui.admission.count import CountGate
 from qwen_ui.auth.service import AuthService
 from qwen_ui.engine.cache import EmbeddingCache
-from qwen_ui.engine.decoding import DecodeBudget
 from qwen_ui.engine.engine import Engine
 from qwen_ui.engine.facts import placement, weight_copies_at
 from qwen_ui.engine.metrics import EngineMetrics
@@ -54,8 +52,6 @@ class EngineHost:
         self.ledger: WeightLedger | None = None  # local models: set by the app
         # one cache for every model (its keys hold the snapshot id)
         self.cache = EmbeddingCache(settings.embed_cache_bytes, state, settings.embed_cache_ttl_s)
-        # one host memory budget for decoding every model's images
-        self.decoding = DecodeBudget.from_settings(settings)
 
     def serve(self, entry: Entry, key: int, room: Room) -> Served:
         status = EngineStatus()
@@ -64,7 +60,6 @@ class EngineHost:
             remote = RemoteEngine(
                 self.settings, self.state, status=status, metrics=self.metrics, gate=gate
             )
-            remote.decoding = self.decoding
             remote.start()
             return Served(entry.name, remote, None, key, status)
         assert self.ledger is not None
@@ -82,7 +77,6 @@ class EngineHost:
             admission=admission,
         )
         engine.cache = self.cache
-        engine.decoding = self.decoding
         engine.start()
         return Served(entry.name, engine, admission, key, status)
 

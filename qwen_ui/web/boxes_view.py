@@ -4,30 +4,21 @@ label with the conversation's number of its image ("red circle (image 1)").
 
 Boxes come as the conversation keeps them (:mod:`qwen_ui.web.turn_record`):
 ``{"sha256", "label", "box"}`` on the image file's own pixels.
-
-Drawing decodes the image once, at full size: :func:`counted` runs it in a thread while its
-cost (:func:`~qwen_ui.engine.annotate.drawing_cost`, from the header) is held in the app's
-decode budget, so an image that could never fit is refused
-(:class:`~qwen_ui.engine.errors.ImageDecodeBudget`) and a busy budget is waited for (at
-most its timeout, then :class:`~qwen_ui.engine.errors.DecodeBusy`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from PIL import Image
 
-from qwen_ui.engine.annotate import RGB, draw, drawing_cost, label_colours, upright
+from qwen_ui.engine.annotate import RGB, annotate, label_colours
 from qwen_ui.engine.box_mapping import Box
-from qwen_ui.engine.decoding import DecodeBudget
 from qwen_ui.web.i18n import Lang, t
 
 Boxes = Sequence[Mapping[str, Any]]
-T = TypeVar("T")
 
 
 def as_boxes(boxes: Boxes, number: int = 1) -> list[Box]:
@@ -54,36 +45,12 @@ def images_with_boxes(boxes: Boxes) -> list[str]:
 
 
 def annotated_png(data: bytes, boxes: Boxes, colours: Mapping[str, RGB] | None = None) -> bytes:
-    """The image file ``data`` upright, with ``boxes`` drawn on it, as PNG bytes (one
-    decode, uncounted: callers run it through :func:`counted`)."""
+    """The image file ``data`` upright, with ``boxes`` drawn on it, as PNG bytes."""
     with Image.open(io.BytesIO(data)) as image:
-        picture = upright(image)
-    return png_bytes(draw(picture, as_boxes(boxes), colours or colours_of(boxes)))
-
-
-def png_bytes(image: Image.Image) -> bytes:
+        drawn = annotate(image, as_boxes(boxes), colours or colours_of(boxes))
     out = io.BytesIO()
-    image.save(out, "PNG", optimize=True)
+    drawn.save(out, "PNG", optimize=True)
     return out.getvalue()
-
-
-def cost_of(data: bytes) -> int:
-    """Host bytes drawing on the image file ``data`` takes at its peak (its header read)."""
-    with Image.open(io.BytesIO(data)) as image:
-        return drawing_cost(image)
-
-
-async def counted(budget: DecodeBudget, data: bytes, number: int, work: Callable[[], T]) -> T:
-    """``work()``, which decodes the image file ``data`` once and draws on it, run in a
-    thread while its cost is held in ``budget`` (``number``: the image's, for the error)."""
-    cost = await asyncio.to_thread(cost_of, data)
-    async with budget.hold(cost, number):
-        running = asyncio.ensure_future(asyncio.to_thread(work))
-        try:
-            return await asyncio.shield(running)
-        except asyncio.CancelledError:
-            await asyncio.wait({running})  # its pixels stay counted until the thread ends
-            raise
 
 
 def legend(boxes: Boxes, numbers: Mapping[str, int], lang: Lang) -> str:

@@ -7,64 +7,42 @@ download button, so the annotated image is one click away.
 written twice, with and without its boxes (``<sha>-boxes-<digest>.png`` and
 ``<sha>-plain-<digest>.png``), and the switch swaps one path for the other.
 
-Each pair is drawn from one decode of the stored image (the upright picture is saved, then
-the boxes are drawn on it), counted against the app's decode budget
-(:func:`qwen_ui.web.boxes_view.counted`). A drawing the budget refuses, or waits too long
-for, is left out like an image that expired from the store: the answer's text and labels
-remain.
-
 The boxes come from the conversation (:mod:`qwen_ui.web.turn_record`), so the live answer,
 a reload and a conversation opened from the list draw the same thing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
-import logging
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from qwen_ui.engine.annotate import RGB, draw, upright
+from qwen_ui.engine.annotate import RGB, annotate
 from qwen_ui.engine.boxes import RawBox, labels_text
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
-from qwen_ui.engine.decoding import DecodeBudget
-from qwen_ui.engine.errors import ConversationNotFound, DecodeBusy, ImageDecodeBudget
+from qwen_ui.engine.errors import ConversationNotFound
 from qwen_ui.web.boxes_view import (
     Boxes,
-    as_boxes,
+    annotated_png,
     colours_of,
-    counted,
     images_with_boxes,
     legend,
     numbers_of,
     on_image,
-    png_bytes,
 )
 from qwen_ui.web.i18n import Lang, t
-
-log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
 SHOWN, HIDDEN = "-boxes-", "-plain-"
 BOX_DIR = Path(tempfile.gettempdir()) / "qwen-ui-boxes"  # a folder per tenant inside
 DRAWING = "2"  # part of a drawn file's name: change it when the drawing itself changes
-
-
-@dataclass(frozen=True)
-class Drawing:
-    """What drawing located images takes: the store their files come from, and the app's
-    decode budget each drawing is counted against."""
-
-    store: ConversationStore
-    budget: DecodeBudget
 
 
 def tenant_folder(tenant: str) -> Path:
@@ -85,64 +63,50 @@ def shown_text(turn: StoredTurn, numbers: Mapping[str, int], lang: Lang) -> str:
 
 
 async def turn_messages(
-    drawing: Drawing, tenant: str, turn: StoredTurn, numbers: Mapping[str, int], lang: Lang
+    store: ConversationStore, tenant: str, turn: StoredTurn, numbers: Mapping[str, int], lang: Lang
 ) -> Messages:
     """A turn's answer as chat messages: its text, then its located images."""
     messages: Messages = [{"role": "assistant", "content": shown_text(turn, numbers, lang)}]
-    return messages + await located_images(drawing, tenant, turn.boxes, numbers, lang)
+    return messages + await located_images(store, tenant, turn.boxes, numbers, lang)
 
 
 async def located_images(
-    drawing: Drawing, tenant: str, boxes: Boxes, numbers: Mapping[str, int], lang: Lang
+    store: ConversationStore, tenant: str, boxes: Boxes, numbers: Mapping[str, int], lang: Lang
 ) -> Messages:
-    """One image message per image with boxes, the boxes drawn (an image that expired, or
-    whose drawing the decode budget refused or timed out, is left out)."""
+    """One image message per image with boxes, the boxes drawn."""
     colours = colours_of(boxes)
     out: Messages = []
     for sha in images_with_boxes(boxes):
-        mine, number = on_image(boxes, sha), numbers.get(sha, 0)
+        mine = on_image(boxes, sha)
         try:
-            path = await drawn_file(drawing, tenant, sha, mine, colours, number)
+            path = await drawn_file(store, tenant, sha, mine, colours)
         except ConversationNotFound:
             continue  # the image expired from the store: the labels in the text remain
-        except (ImageDecodeBudget, DecodeBusy) as exc:
-            log.info("located image %d not drawn: %s", number, exc.code)
-            continue
         labels = legend(mine, {}, lang)
-        alt = t("located_alt", lang).format(number=number, labels=labels)
+        alt = t("located_alt", lang).format(number=numbers.get(sha, 0), labels=labels)
         out.append({"role": "assistant", "content": {"path": str(path), "alt_text": alt}})
     return out
 
 
 async def drawn_file(
-    drawing: Drawing,
-    tenant: str,
-    sha: str,
-    boxes: Boxes,
-    colours: Mapping[str, RGB],
-    number: int,
+    store: ConversationStore, tenant: str, sha: str, boxes: Boxes, colours: Mapping[str, RGB]
 ) -> Path:
-    """The image with ``boxes`` drawn (written once, beside its copy without them, while
-    the drawing's cost is held in the decode budget; ``number``: the image's, for a
-    refusal)."""
+    """The image with ``boxes`` drawn (written once, beside its copy without them)."""
     folder = tenant_folder(tenant)
     key = json.dumps([DRAWING, list(map(dict, boxes)), sorted(colours.items())], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     drawn = folder / f"{sha}{SHOWN}{digest}.png"
     if not drawn.exists():
-        data = await drawing.store.image(tenant, sha)
-        work = partial(_write_both, data, boxes, colours, drawn)
-        await counted(drawing.budget, data, number, work)
+        data = await store.image(tenant, sha)
+        await asyncio.to_thread(_write_both, data, boxes, colours, drawn)
     return drawn
 
 
 def _write_both(data: bytes, boxes: Boxes, colours: Mapping[str, RGB], drawn: Path) -> None:
-    """Decode ``data`` once: its upright picture saved as it is, then with ``boxes`` drawn."""
     drawn.parent.mkdir(parents=True, exist_ok=True)
     with Image.open(io.BytesIO(data)) as image:
-        picture = upright(image)
-    picture.picture.save(_swapped(drawn, False), "PNG")  # upright, no box
-    drawn.write_bytes(png_bytes(draw(picture, as_boxes(boxes), colours)))
+        annotate(image, [], colours).save(_swapped(drawn, False), "PNG")  # upright, no box
+    drawn.write_bytes(annotated_png(data, boxes, colours))
 
 
 def _swapped(path: Path, show: bool) -> Path:
@@ -169,7 +133,7 @@ def with_boxes_shown(chat: Messages, show: bool, tenant: str) -> Messages:
 
 
 async def draw_last_answer(
-    drawing: Drawing, conversation: Conversation, chat: Messages, lang: Lang, show: bool
+    store: ConversationStore, conversation: Conversation, chat: Messages, lang: Lang, show: bool
 ) -> Messages | None:
     """The chat with its last answer drawn from the conversation's last turn (labels in the
     text, the located images after it); None when there is nothing to change: no boxes, the
@@ -183,7 +147,7 @@ async def draw_last_answer(
     if at + 1 < len(chat) and isinstance(chat[at + 1].get("content"), dict):
         return None  # drawn already
     numbers = numbers_of(conversation.images)
-    drawn = await turn_messages(drawing, conversation.tenant, turn, numbers, lang)
+    drawn = await turn_messages(store, conversation.tenant, turn, numbers, lang)
     tail = str(chat[at]["content"])[len(turn.shown_answer) :]  # e.g. "no image was used"
     drawn[0]["content"] += tail
     return with_boxes_shown([*chat[:at], *drawn, *chat[at + 1 :]], show, conversation.tenant)

@@ -23,7 +23,7 @@ from qwen_ui.settings import Settings
 from qwen_ui.web.auth import principal_from_gradio
 from qwen_ui.web.chat import normalize
 from qwen_ui.web.chat_boxes import Messages, draw_last_answer, with_boxes_shown
-from qwen_ui.web.history import drawing_of, open_conversation
+from qwen_ui.web.history import open_conversation, store_of
 from qwen_ui.web.i18n import Lang, page_lang, t
 
 SHOW_BOXES_ID = "qwen-show-boxes"
@@ -70,12 +70,12 @@ def wire(app: FastAPI, settings: Settings, page: Any, *, answered: Sequence[Any]
         current: object,
         request: gr.Request,
     ) -> Any:
-        drawing = drawing_of(app)
+        store = store_of(app)
         found = await open_conversation(app, principal_from_gradio(request), conversation_id)
-        if drawing is None or found is None:
+        if store is None or found is None:
             return gr.update()
         lang = page_lang(current, request, settings.language)
-        drawn = await draw_last_answer(drawing, found, _normalized(shown), lang, show)
+        drawn = await draw_last_answer(store, found, _normalized(shown), lang, show)
         return gr.update() if drawn is None else drawn
 
     def on_conversation(

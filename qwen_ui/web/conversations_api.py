@@ -13,10 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from qwen_ui.errors import NotStarted
-from qwen_ui.services import services_of
 from qwen_ui.web.auth import PrincipalDep
 from qwen_ui.web.errors import request_lang
-from qwen_ui.web.export import gather_images, json_bytes, zip_export
+from qwen_ui.web.export import gather_images, json_bytes, zip_bytes
 from qwen_ui.web.history import store_of
 from qwen_ui.web.options import BadChoice, ask_lang
 
@@ -41,8 +40,8 @@ async def export(
         raise NotStarted()
     conversation = await store.get(principal.label, conversation_id)
     images = await gather_images(store, conversation)
-    if format == "zip":  # drawing the boxes (counted) and deflating run off the event loop
-        body = await zip_export(conversation, images, chosen, services_of(request.app).decoding)
+    if format == "zip":  # drawing the boxes and deflating run off the event loop
+        body = await asyncio.to_thread(zip_bytes, conversation, images, chosen)
     else:
         body = await asyncio.to_thread(json_bytes, conversation, images)
     name = f"qwen-ui-{conversation.id[:12]}.{format}"

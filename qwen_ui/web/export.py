@@ -3,11 +3,6 @@ model and revision that answered), or as a zip of ``conversation.md`` that shows
 from ``images/`` (each image once, plus a copy with the boxes drawn where an answer located
 something) beside the same ``conversation.json``.
 
-Each copy with boxes is drawn from one decode of its image, counted against the app's
-decode budget (:func:`qwen_ui.web.boxes_view.counted`): an image that could never fit
-fails the export with :class:`~qwen_ui.engine.errors.ImageDecodeBudget`, a budget busy
-past its timeout with :class:`~qwen_ui.engine.errors.DecodeBusy`.
-
 Images are numbered as the page and the stages number them (across the whole
 conversation). Titles, questions and answers are written as Markdown text, never as HTML,
 and the only links they keep are inline http(s) ones (:func:`markdown_text`): any other
@@ -16,26 +11,21 @@ link syntax (``[x](javascript:...)``, reference links, ``<scheme:...>``) stays t
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import re
 import time
 import zipfile
-from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from PIL import Image
 
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
-from qwen_ui.engine.decoding import DecodeBudget
 from qwen_ui.engine.errors import ConversationNotFound
 from qwen_ui.web.boxes_view import (
     annotated_png,
     colours_of,
-    counted,
     images_with_boxes,
     legend,
     numbers_of,
@@ -243,23 +233,8 @@ def _facts(turn: StoredTurn) -> str:
     return " · ".join(parts)
 
 
-async def zip_export(
-    conversation: Conversation, images: list[ExportImage], lang: Lang, budget: DecodeBudget
-) -> bytes:
-    """The zip (:func:`zip_bytes`), its copies with boxes drawn under ``budget`` and the
-    deflating run off the event loop."""
-    drawn = await annotated(conversation, images, budget)
-    return await asyncio.to_thread(zip_bytes, conversation, images, lang, drawn)
-
-
-def zip_bytes(
-    conversation: Conversation,
-    images: list[ExportImage],
-    lang: Lang,
-    drawn: Sequence[tuple[str, bytes]],
-) -> bytes:
-    """``conversation.md``, ``conversation.json`` and ``images/`` (``drawn``: the copies
-    with boxes, from :func:`annotated`)."""
+def zip_bytes(conversation: Conversation, images: list[ExportImage], lang: Lang) -> bytes:
+    """``conversation.md``, ``conversation.json`` and ``images/``."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("conversation.md", to_markdown(conversation, images, lang))
@@ -267,24 +242,19 @@ def zip_bytes(
         for image in images:
             if image.data:
                 archive.writestr(image.file, image.data)
-        for name, png in drawn:
-            archive.writestr(name, png)
+        for name, drawn in _annotated(conversation, images):
+            archive.writestr(name, drawn)
     return out.getvalue()
 
 
-async def annotated(
-    conversation: Conversation, images: list[ExportImage], budget: DecodeBudget
-) -> list[tuple[str, bytes]]:
-    """(file name, PNG) of each image an answer located something on, its boxes drawn:
-    one decode each, counted against ``budget``."""
+def _annotated(conversation: Conversation, images: list[ExportImage]) -> list[tuple[str, bytes]]:
+    """(file name, PNG) of each image an answer located something on, its boxes drawn."""
     by_sha = {image.sha256: image for image in images if image.data}
-    numbers = numbers_of(conversation.images)
     out = []
     for index, turn in enumerate(conversation.turns, start=1):
         colours = colours_of(turn.boxes)  # one colour per label over the whole answer
         for sha in images_with_boxes(turn.boxes):
             if (found := by_sha.get(sha)) is not None:
-                work = partial(annotated_png, found.data, on_image(turn.boxes, sha), colours)
-                drawn = await counted(budget, found.data, numbers.get(sha, 0), work)
+                drawn = annotated_png(found.data, on_image(turn.boxes, sha), colours)
                 out.append((found.boxes_file(index), drawn))
     return out

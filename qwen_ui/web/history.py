@@ -22,7 +22,7 @@ from qwen_ui.engine.conversations import Conversation, ConversationStore, Summar
 from qwen_ui.engine.errors import ConversationNotFound
 from qwen_ui.services import maybe_services
 from qwen_ui.web.boxes_view import numbers_of
-from qwen_ui.web.chat_boxes import Drawing, turn_messages
+from qwen_ui.web.chat_boxes import turn_messages
 from qwen_ui.web.i18n import Lang, t
 
 Messages = list[dict[str, Any]]
@@ -33,13 +33,6 @@ def store_of(app: FastAPI) -> ConversationStore | None:
     """The conversations of every model; None before the services started."""
     services = maybe_services(app)
     return None if services is None else services.conversations
-
-
-def drawing_of(app: FastAPI) -> Drawing | None:
-    """The store and decode budget the page draws located images from; None before the
-    services started."""
-    services = maybe_services(app)
-    return None if services is None else Drawing(services.conversations, services.decoding)
 
 
 async def choices(app: FastAPI, principal: Principal, lang: Lang) -> list[tuple[str, str]]:
@@ -73,9 +66,8 @@ async def open_conversation(
 async def messages(app: FastAPI, conversation: Conversation, lang: Lang) -> Messages:
     """The conversation as chat messages: each turn's images, question and answer (with the
     images it located things on, boxes drawn), then images attached since the last answer."""
-    drawing = drawing_of(app)
-    assert drawing is not None
-    store = drawing.store
+    store = store_of(app)
+    assert store is not None
     out: Messages = []
     number = 0
     numbers = numbers_of(conversation.images)
@@ -85,7 +77,7 @@ async def messages(app: FastAPI, conversation: Conversation, lang: Lang) -> Mess
             path = await image_file(store, conversation.tenant, sha)
             out.append(image_message(str(path), number, lang))
         out.append({"role": "user", "content": escape_markdown_html(turn.question)})
-        out += await turn_messages(drawing, conversation.tenant, turn, numbers, lang)
+        out += await turn_messages(store, conversation.tenant, turn, numbers, lang)
     for sha in conversation.pending:
         number += 1
         out.append(

@@ -153,38 +153,6 @@ async def test_bad_inputs_give_typed_errors_and_the_engine_keeps_serving(engine:
     assert isinstance(final(await collect(engine, ask(images=[png()]))), Done)
 
 
-async def test_a_big_image_is_decoded_once_at_the_processors_size_within_the_budget(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    targets: list[object] = []
-    real = image_checks._decode_rgb
-    monkeypatch.setattr(image_checks, "_decode_rgb", lambda *a: targets.append(a[2]) or real(*a))
-    done = final(await collect(engine, ask(images=[png((600, 400))])))
-    assert isinstance(done, Done) and done.images == 1
-    geometry = (await engine.served_model()).facts.geometry
-    target = image_checks.reduced_size((600, 400), geometry)
-    assert target is not None and targets == [target]  # once, reduced: never at full size
-    assert engine.decoding.max_in_use > 0 and engine.decoding.in_use == 0
-
-
-async def test_an_image_whose_decode_never_fits_is_refused_before_it_is_kept(
-    tmp_path: Path, tiny_store: ModelStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    settings = tiny_settings(tmp_path, decode_budget_bytes=16 * 1024 * 1024)
-    engine = Engine(settings, tiny_store, MemoryState(), EngineStatus())
-    engine.start()
-    decoded: list[int] = []
-    real = image_checks._decode_rgb
-    monkeypatch.setattr(image_checks, "_decode_rgb", lambda *a: decoded.append(1) or real(*a))
-    try:
-        failed = final(await collect(engine, ask(images=[png((3000, 2000))], lang="zh")))
-    finally:
-        await engine.close()
-    assert isinstance(failed, Failed) and failed.code == "image_decode_budget"
-    assert failed.status == 413 and "第 1 张图片解码约需" in failed.message
-    assert failed.conversation_id is None and not decoded
-
-
 async def test_cancelling_mid_answer_frees_the_worker(engine: Engine) -> None:
     request = ask(images=[png()], options=AskOptions(max_new_tokens=400))
     stream = engine.ask(request)

@@ -1,7 +1,6 @@
 """The remote engine against the Model Studio fake: stages, tokens, usage, the request it
 sends (resized data URLs with pixel bounds, the model, sampling), conversations on our
-side, typed 502/504/503 errors, health, cancellation, admission by count and the decode
-budget."""
+side, typed 502/504/503 errors, health, cancellation and admission by count."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from PIL import Image
 
 from qwen_ui.admission.controller import unlimited
 from qwen_ui.admission.count import CountGate
-from qwen_ui.engine import images as image_checks
 from qwen_ui.engine.engine import AskOptions, AskRequest, PastTurn
 from qwen_ui.engine.events import Done, Event, Failed, Stage, Token
 from qwen_ui.engine.remote import RemoteEngine
@@ -88,26 +86,6 @@ async def test_streams_stages_tokens_and_usage(tmp_path: Path) -> None:
     assert image.size[0] * image.size[1] <= 112 * 112 and image.size[0] % 28 == 0
     assert engine.health.state == "up"
     await engine.close()
-
-
-async def test_images_are_decoded_reduced_within_the_decode_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = ModelStudioFake()
-    engine = remote_engine(tmp_path, fake)
-    targets: list[object] = []
-    real = image_checks._decode_rgb
-    monkeypatch.setattr(image_checks, "_decode_rgb", lambda *a: targets.append(a[2]) or real(*a))
-    events = await collect(engine, AskRequest("demo", "How many?", [png((400, 300))]))
-    assert isinstance(events[-1], Done)
-    assert targets == [fit_size(400, 300, 56 * 56, 112 * 112)]  # once, at the size sent
-    assert engine.decoding.max_in_use > 0 and engine.decoding.in_use == 0
-    await engine.close()
-    small = remote_engine(tmp_path, fake, decode_budget_bytes=16 * 1024 * 1024)
-    refused = await collect(small, AskRequest("demo", "How many?", [png((3000, 2000))]))
-    assert isinstance(refused[-1], Failed) and refused[-1].code == "image_decode_budget"
-    assert len(targets) == 1 and len(fake.bodies) == 1  # not decoded, nothing sent
-    await small.close()
 
 
 async def test_follow_up_resends_earlier_images_from_our_conversation(tmp_path: Path) -> None:

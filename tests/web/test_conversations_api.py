@@ -139,17 +139,3 @@ def test_a_bad_format_is_a_typed_400(client: TestClient, monkeypatch: pytest.Mon
     assert response.json()["error"]["code"] == "bad_option"
     assert "zip, json" in response.json()["error"]["message"]
     assert export(client, "no-such-id", "json").status_code == 404
-
-
-def test_a_zip_whose_drawing_never_fits_the_decode_budget_is_a_typed_413(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    conversation_id = asked(client, monkeypatch)
-    budget = services_of(client.app).decoding
-    monkeypatch.setattr(budget, "capacity", 1024)  # the located 56×56 image needs more
-    response = export(client, conversation_id, "zip")
-    assert response.status_code == 413
-    error = response.json()["error"]
-    assert error["code"] == "image_decode_budget" and "Image 1 " in error["message"]
-    assert budget.in_use == 0
-    assert export(client, conversation_id, "json").status_code == 200  # nothing to decode

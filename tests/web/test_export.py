@@ -12,33 +12,13 @@ import pytest
 from PIL import Image
 
 from qwen_ui.engine.conversations import Conversation, ConversationStore, StoredTurn
-from qwen_ui.engine.decoding import DecodeBudget
-from qwen_ui.engine.errors import DecodeBusy, ImageDecodeBudget
 from qwen_ui.state import MemoryState
-from qwen_ui.web.boxes_view import cost_of
-from qwen_ui.web.export import (
-    ExportImage,
-    gather_images,
-    json_bytes,
-    markdown_text,
-    to_json,
-    zip_export,
-)
-from qwen_ui.web.i18n import Lang
+from qwen_ui.web.export import gather_images, json_bytes, markdown_text, to_json, zip_bytes
 from tests.engine.conftest import png
-from tests.support.decodes import count_decodes
 
 OWNER = "acme/alice"
 RED, BLUE, GREEN = png((80, 60), (200, 30, 30)), png((120, 120), (0, 0, 255)), png((30, 20))
 SHA = {name: hashlib.sha256(data).hexdigest() for name, data in [("red", RED), ("blue", BLUE)]}
-MiB = 1024 * 1024
-
-
-async def zipped(
-    conv: Conversation, images: list[ExportImage], lang: Lang, budget: DecodeBudget | None = None
-) -> bytes:
-    """The zip, drawn under ``budget`` (a roomy one by default)."""
-    return await zip_export(conv, images, lang, budget or DecodeBudget(64 * MiB, 5))
 
 
 async def conversation_with_boxes() -> tuple[ConversationStore, Conversation]:
@@ -88,7 +68,7 @@ async def test_json_names_images_by_sha256_with_turns_stages_timings_and_model()
 
 async def test_zip_holds_markdown_that_shows_every_image_it_references() -> None:
     store, conv = await conversation_with_boxes()
-    data = await zipped(conv, await gather_images(store, conv), "en")
+    data = zip_bytes(conv, await gather_images(store, conv), "en")
     archive = zipfile.ZipFile(io.BytesIO(data))
     names = set(archive.namelist())
     markdown = archive.read("conversation.md").decode()
@@ -110,8 +90,7 @@ async def test_zip_holds_markdown_that_shows_every_image_it_references() -> None
 
 async def test_zip_draws_the_box_on_its_image() -> None:
     store, conv = await conversation_with_boxes()
-    data = await zipped(conv, await gather_images(store, conv), "zh")
-    archive = zipfile.ZipFile(io.BytesIO(data))
+    archive = zipfile.ZipFile(io.BytesIO(zip_bytes(conv, await gather_images(store, conv), "zh")))
     (drawn,) = [n for n in archive.namelist() if "-boxes-" in n]
     assert drawn.startswith(f"images/{SHA['blue'][:16]}") and drawn.endswith("-boxes-1.png")
     image = Image.open(io.BytesIO(archive.read(drawn))).convert("RGB")
@@ -133,40 +112,11 @@ async def test_an_image_gone_from_the_store_is_named_not_invented() -> None:
         "sha256": SHA["red"], "numbers": [1], "file": None,
         "media_type": "application/octet-stream", "bytes": 0, "width": 0, "height": 0,
     }  # fmt: skip
-    archive = zipfile.ZipFile(io.BytesIO(await zipped(conv, images, "en")))
+    archive = zipfile.ZipFile(io.BytesIO(zip_bytes(conv, images, "en")))
     assert (
         f"*image 1, {SHA['red'][:16]}: no longer stored*"
         in archive.read("conversation.md").decode()
     )
-
-
-async def test_zip_draws_each_copy_from_one_decode_counted_in_the_budget(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    store, conv = await conversation_with_boxes()
-    images = await gather_images(store, conv)
-    decodes = count_decodes(monkeypatch)
-    budget = DecodeBudget(64 * MiB, 5)
-    data = await zipped(conv, images, "en", budget)
-    assert decodes == [(120, 120)]  # the one located image, decoded once
-    assert budget.max_in_use == cost_of(BLUE) == 120 * 120 * 4 * 3 and budget.in_use == 0
-    assert any("-boxes-" in name for name in zipfile.ZipFile(io.BytesIO(data)).namelist())
-
-
-async def test_zip_of_an_image_that_never_fits_the_budget_fails_typed_before_decoding(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    store, conv = await conversation_with_boxes()
-    images = await gather_images(store, conv)
-    decodes = count_decodes(monkeypatch)
-    with pytest.raises(ImageDecodeBudget) as refused:
-        await zipped(conv, images, "en", DecodeBudget(cost_of(BLUE) - 1, 5))
-    assert refused.value.status == 413 and "Image 2 " in str(refused.value)
-    assert decodes == []
-    busy = DecodeBudget(MiB, 0.05)
-    async with busy.hold(MiB, 1):  # another decode holds it all
-        with pytest.raises(DecodeBusy):
-            await zipped(conv, images, "en", busy)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +148,7 @@ async def test_a_title_and_answer_with_link_syntax_export_as_text() -> None:
     await store.append(conv, StoredTurn("q", "[a](javascript:alert(1))", []), {})
     await store.rename(OWNER, conv.id, "[t](javascript:alert(2))")
     conv = await store.get(OWNER, conv.id)
-    markdown = zipfile.ZipFile(io.BytesIO(await zipped(conv, [], "en"))).read("conversation.md")
+    markdown = zipfile.ZipFile(io.BytesIO(zip_bytes(conv, [], "en"))).read("conversation.md")
     text = markdown.decode()
     assert text.startswith("# \\[t\\](javascript:alert(2))")
     assert "**Answer:** \\[a\\](javascript:alert(1))" in text

@@ -208,26 +208,34 @@ def add_local_user(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def change_password(args: argparse.Namespace, settings: Settings) -> int:
-    tenants = _load(settings)
-    tenant = _tenant(tenants, settings, args.tenant)
-    if args.user not in tenant.users:
-        raise TenantsFileError(path=str(settings.tenants_path), problem=f"no user {args.user!r}")
+    tenants, tenant = _with_user(args, settings)
     password = generate_password()
-    users = {**tenant.users, args.user: hash_password(password)}
-    _save(settings, tenants_file.with_tenant(tenants, tenant.model_copy(update={"users": users})))
+    _save_users(settings, tenants, tenant, {**tenant.users, args.user: hash_password(password)})
     print(f"tenant {tenant.id}, user {args.user}, new password (shown once): {password}")
     return 0
 
 
 def remove_local_user(args: argparse.Namespace, settings: Settings) -> int:
+    tenants, tenant = _with_user(args, settings)
+    users = {name: hashed for name, hashed in tenant.users.items() if name != args.user}
+    _save_users(settings, tenants, tenant, users)
+    print(f"tenant {tenant.id}: user {args.user} removed")
+    return 0
+
+
+def _with_user(args: argparse.Namespace, settings: Settings) -> tuple[TenantsFile, Tenant]:
+    """The tenants file and ``args.tenant``, which must have the local user ``args.user``."""
     tenants = _load(settings)
     tenant = _tenant(tenants, settings, args.tenant)
     if args.user not in tenant.users:
         raise TenantsFileError(path=str(settings.tenants_path), problem=f"no user {args.user!r}")
-    users = {name: hashed for name, hashed in tenant.users.items() if name != args.user}
+    return tenants, tenant
+
+
+def _save_users(
+    settings: Settings, tenants: TenantsFile, tenant: Tenant, users: dict[str, str]
+) -> None:
     _save(settings, tenants_file.with_tenant(tenants, tenant.model_copy(update={"users": users})))
-    print(f"tenant {tenant.id}: user {args.user} removed")
-    return 0
 
 
 def remove_tenant(args: argparse.Namespace, settings: Settings) -> int:
